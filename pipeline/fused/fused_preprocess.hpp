@@ -1,0 +1,37 @@
+#pragma once
+//! Setup/run wrapper of the fused kernel (CUB/DALI contract): setup() allocates the device parameter
+//! block and its pinned staging; set_batch() fills the staging on the host; run(stream) enqueues the
+//! block's upload and the one kernel launch, never allocating or synchronising (graph-capturable).
+#include <span>
+
+#include "pipeline/cuda/cuda_raii.hpp"
+#include "pipeline/fused/fused_params.hpp"
+#include "pipeline/fused/plan.hpp"
+
+namespace framefuse {
+
+class FusedPreprocess {
+ public:
+  //! Throws ConfigError for more than kMaxOutputs outputs or kMaxBatch frames.
+  void setup(const FrameInfo& frame, std::span<const OutputPlan> plans, int max_batch);
+
+  //! Points the next run at `frames` (device views) and `outs` (device tensors of frame 0, one per
+  //! output; frame b at + b * bytes_per_frame). Host-only. The caller must not call it again before
+  //! the previous run's upload has executed (wait on an event recorded after run()).
+  void set_batch(std::span<const FrameSlot> frames, std::span<void* const> outs);
+
+  //! Enqueues upload of the parameter block + the fused kernel on `stream`.
+  void run(cudaStream_t stream) const;
+
+  int max_batch() const { return max_batch_; }
+  const FusedParams& params() const { return *staging_.as<FusedParams>(); }
+
+ private:
+  ops::PixelFormat format_{};
+  int max_batch_ = 0;
+  int32_t tiles_ = 0;
+  cuda::PinnedBuffer staging_;
+  cuda::DeviceBuffer device_;
+};
+
+}  // namespace framefuse

@@ -1,0 +1,55 @@
+#pragma once
+//! The fused chain for one output pixel: read (colour) -> crop/resize (read-back) -> aspect window
+//! (letterbox pad / centre crop) -> channel order -> normalize -> store. The GPU kernel and the CPU
+//! executor both call `Chain::pixel`; nothing else computes an output value.
+#include "pipeline/ops/color.hpp"
+#include "pipeline/ops/resize.hpp"
+#include "pipeline/ops/write.hpp"
+
+namespace framefuse::ops {
+
+enum class Channels : uint8_t { Rgb, Bgr, Gray };
+
+struct Chain {
+  //! Everything one output needs, by value. Output pixel (x, y) shows resized pixel
+  //! (x + off_x, y + off_y); outside the resized image it is `pad` (pixel units, normalized too).
+  struct Params {
+    Resize::Params resize;
+    int32_t off_x, off_y;
+    float pad[3];
+    Channels channels;
+    Normalize::Params norm;
+    Store::Params store;        //!< store.data is frame 0's tensor; frame b adds b * frame_stride bytes
+    int64_t frame_stride;       //!< bytes between frames of a batch
+  };
+
+  template <class Reader>
+  FF_HD static void pixel(const Reader& src, const Params& p, int batch_index, int x, int y) {
+    const int rx = x + p.off_x, ry = y + p.off_y;
+    Vec3 v;
+    if (rx < 0 || ry < 0 || rx >= p.resize.dst_w || ry >= p.resize.dst_h) {
+      v = {p.pad[0], p.pad[1], p.pad[2]};
+    } else {
+      v = Resize::sample(src, p.resize, rx, ry);
+    }
+    Store::Params st = p.store;
+    st.data = static_cast<uint8_t*>(st.data) + p.frame_stride * batch_index;
+    switch (p.channels) {
+      case Channels::Rgb:
+        Store::apply(st, x, y, 0, Normalize::apply(v.x, 0, p.norm));
+        Store::apply(st, x, y, 1, Normalize::apply(v.y, 1, p.norm));
+        Store::apply(st, x, y, 2, Normalize::apply(v.z, 2, p.norm));
+        break;
+      case Channels::Bgr:
+        Store::apply(st, x, y, 0, Normalize::apply(v.z, 0, p.norm));
+        Store::apply(st, x, y, 1, Normalize::apply(v.y, 1, p.norm));
+        Store::apply(st, x, y, 2, Normalize::apply(v.x, 2, p.norm));
+        break;
+      case Channels::Gray:   // cv::COLOR_RGB2GRAY weights
+        Store::apply(st, x, y, 0, Normalize::apply(0.299f * v.x + 0.587f * v.y + 0.114f * v.z, 0, p.norm));
+        break;
+    }
+  }
+};
+
+}  // namespace framefuse::ops

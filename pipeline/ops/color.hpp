@@ -1,0 +1,108 @@
+#pragma once
+//! Input read + colour conversion: the first op of every chain. Reads one luma-resolution pixel of a
+//! frame and returns RGB in float, 0..255, clamped (what cvtColor produces before rounding).
+#include "pipeline/ops/image.hpp"
+#include "pipeline/ops/op_traits.hpp"
+
+namespace framefuse::ops {
+
+//! Y'CbCr -> R'G'B' with samples on the 8-bit scale (10-bit input is divided by 4).
+//! Limited range clamps Y below 16 to 16 before scaling, as OpenCV does.
+struct YuvToRgb {
+  struct Params {
+    float ky;       //!< luma gain (255/219 limited, 1 full)
+    float y_off;    //!< 16 limited, 0 full
+    float rv, gu, gv, bu;   //!< chroma gains, chroma centred on 128
+  };
+  FF_HD static Vec3 apply(float y, float u, float v, const Params& p) {
+    float yy = y - p.y_off;
+    yy = (yy < 0.f ? 0.f : yy) * p.ky;
+    u -= 128.f;
+    v -= 128.f;
+    return {clampf(yy + p.rv * v, 0.f, 255.f), clampf(yy + p.gu * u + p.gv * v, 0.f, 255.f),
+            clampf(yy + p.bu * u, 0.f, 255.f)};
+  }
+};
+
+//! Builds conversion coefficients from the standard's Kr/Kb (exact, not rounded tables).
+YuvToRgb::Params make_yuv_to_rgb(ColorMatrix matrix, ColorRange range);
+
+//! Everything the reader needs about a frame's colour.
+struct ColorParams {
+  YuvToRgb::Params yuv;
+  ChromaUpsample upsample;
+  ChromaLocation location;
+};
+
+//! Reads RGB pixels of one frame. Format is a template parameter so kernels specialise on it;
+//! chroma upsampling is a uniform run-time branch.
+template <PixelFormat F>
+struct FrameReader {
+  ImageView img;
+  ColorParams color;
+
+  FF_HD Vec3 rgb(int x, int y) const {
+    if constexpr (F == PixelFormat::Rgb24 || F == PixelFormat::Bgr24) {
+      const uint8_t* p = img.data[0] + static_cast<int64_t>(y) * img.pitch[0] + 3 * x;
+      Vec3 v{float(p[0]), float(p[1]), float(p[2])};
+      if constexpr (F == PixelFormat::Bgr24) return {v.z, v.y, v.x};
+      return v;
+    } else {
+      float u, v;
+      if (color.upsample == ChromaUpsample::Nearest) {
+        chroma_at(x >> 1, y >> 1, u, v);
+      } else {
+        chroma_linear(x, y, u, v);
+      }
+      return YuvToRgb::apply(luma(x, y), u, v, color.yuv);
+    }
+  }
+
+  FF_HD float luma(int x, int y) const {
+    const uint8_t* row = img.data[0] + static_cast<int64_t>(y) * img.pitch[0];
+    if constexpr (F == PixelFormat::P010) {
+      return float(reinterpret_cast<const uint16_t*>(row)[x]) * (1.f / 256.f);
+    } else {
+      return float(row[x]);
+    }
+  }
+
+  //! Chroma sample (cx, cy) in chroma-plane coordinates.
+  FF_HD void chroma_at(int cx, int cy, float& u, float& v) const {
+    if constexpr (F == PixelFormat::Nv12) {
+      const uint8_t* p = img.data[1] + static_cast<int64_t>(cy) * img.pitch[1] + 2 * cx;
+      u = float(p[0]);
+      v = float(p[1]);
+    } else if constexpr (F == PixelFormat::P010) {
+      const uint16_t* p =
+          reinterpret_cast<const uint16_t*>(img.data[1] + static_cast<int64_t>(cy) * img.pitch[1]) + 2 * cx;
+      u = float(p[0]) * (1.f / 256.f);
+      v = float(p[1]) * (1.f / 256.f);
+    } else {
+      u = float(img.data[1][static_cast<int64_t>(cy) * img.pitch[1] + cx]);
+      v = float(img.data[2][static_cast<int64_t>(cy) * img.pitch[2] + cx]);
+    }
+  }
+
+  //! Bilinear chroma at luma pixel (x, y), honouring where chroma samples sit.
+  FF_HD void chroma_linear(int x, int y, float& u, float& v) const {
+    const int cw = (img.width + 1) >> 1, ch = (img.height + 1) >> 1;
+    const float fx = color.location == ChromaLocation::Center ? 0.5f * x - 0.25f : 0.5f * x;
+    const float fy = color.location == ChromaLocation::TopLeft ? 0.5f * y : 0.5f * y - 0.25f;
+    const int x0 = floori(fx), y0 = floori(fy);
+    const float ax = fx - float(x0), ay = fy - float(y0);
+    const int xa = clampi(x0, 0, cw - 1), xb = clampi(x0 + 1, 0, cw - 1);
+    const int ya = clampi(y0, 0, ch - 1), yb = clampi(y0 + 1, 0, ch - 1);
+    float u00, v00, u01, v01, u10, v10, u11, v11;
+    chroma_at(xa, ya, u00, v00);
+    chroma_at(xb, ya, u01, v01);
+    chroma_at(xa, yb, u10, v10);
+    chroma_at(xb, yb, u11, v11);
+    const float top_u = u00 + ax * (u01 - u00), bot_u = u10 + ax * (u11 - u10);
+    const float top_v = v00 + ax * (v01 - v00), bot_v = v10 + ax * (v11 - v10);
+    u = top_u + ay * (bot_u - top_u);
+    v = top_v + ay * (bot_v - top_v);
+  }
+};
+
+}  // namespace framefuse::ops

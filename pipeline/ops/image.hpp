@@ -1,0 +1,57 @@
+#pragma once
+//! Views of decoded frames as the ops read them. POD: copied by value into kernels and parameter
+//! blocks. Pointers are host or device addresses depending on which executor reads them.
+#include <cstdint>
+
+namespace framefuse::ops {
+
+//! Pixel layouts the input readers understand.
+//!  Nv12:    plane0 Y (u8), plane1 interleaved UV (u8), chroma 2x2 subsampled.
+//!  P010:    like NV12 with u16 samples, value in the high 10 bits (NVDEC 10-bit output).
+//!  Yuv420p: planes Y, U, V (u8), chroma 2x2 subsampled (software decode; also YUVJ420P).
+//!  Rgb24 / Bgr24: one packed plane, 3 bytes per pixel.
+enum class PixelFormat : uint8_t { Nv12, P010, Yuv420p, Rgb24, Bgr24 };
+
+enum class ColorMatrix : uint8_t { Bt601, Bt709 };
+enum class ColorRange : uint8_t { Limited, Full };
+//! How 4:2:0 chroma is brought to luma resolution.
+//!  Nearest: each chroma sample covers its 2x2 luma block (what OpenCV's cvtColor does).
+//!  Linear:  bilinear between chroma samples, placed per ChromaLocation.
+enum class ChromaUpsample : uint8_t { Nearest, Linear };
+//! Where 4:2:0 chroma samples sit relative to luma (FFmpeg AVChromaLocation subset).
+//!  Left:   co-sited with even luma columns, vertically between rows (MPEG-2/H.264 default).
+//!  Center: between the 2x2 luma block (JPEG/MPEG-1).
+//!  TopLeft: co-sited with the top-left luma sample.
+enum class ChromaLocation : uint8_t { Left, Center, TopLeft };
+
+//! One frame in memory. pitch in bytes; unused planes are null.
+struct ImageView {
+  const uint8_t* data[3];
+  int32_t pitch[3];
+  int32_t width;
+  int32_t height;
+  PixelFormat format;
+};
+
+//! Bytes per row and rows of plane `i` of a w x h frame (4:2:0 chroma rounds up).
+struct PlaneShape {
+  int32_t row_bytes, rows;
+};
+
+constexpr int plane_count(PixelFormat f) {
+  return f == PixelFormat::Yuv420p ? 3 : (f == PixelFormat::Rgb24 || f == PixelFormat::Bgr24 ? 1 : 2);
+}
+
+constexpr PlaneShape plane_shape(PixelFormat f, int32_t w, int32_t h, int i) {
+  const int32_t cw = (w + 1) / 2, ch = (h + 1) / 2;
+  switch (f) {
+    case PixelFormat::Nv12: return i == 0 ? PlaneShape{w, h} : PlaneShape{2 * cw, ch};
+    case PixelFormat::P010: return i == 0 ? PlaneShape{2 * w, h} : PlaneShape{4 * cw, ch};
+    case PixelFormat::Yuv420p: return i == 0 ? PlaneShape{w, h} : PlaneShape{cw, ch};
+    case PixelFormat::Rgb24:
+    case PixelFormat::Bgr24: break;
+  }
+  return {3 * w, h};
+}
+
+}  // namespace framefuse::ops

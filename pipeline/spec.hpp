@@ -1,0 +1,99 @@
+#pragma once
+//! Typed description of a pipeline: what the YAML config turns into, and what the pipeline builds
+//! from. Pure data, no YAML and no CUDA. Values are validated once, by config/ at load time (static
+//! checks) and by make_output_params() when the first frame's size is known (crop inside frame).
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pipeline/ops/image.hpp"
+#include "pipeline/ops/resize.hpp"
+#include "pipeline/ops/write.hpp"
+
+namespace framefuse {
+
+enum class SourceKind : uint8_t { File, Rtsp };
+enum class RtspTransport : uint8_t { Tcp, Udp };
+enum class DecoderKind : uint8_t { Auto, Nvdec, Cpu };
+
+struct SourceSpec {
+  SourceKind kind = SourceKind::File;
+  std::string uri;                 //!< file path or rtsp:// URL (may hold credentials; redact when shown)
+  bool loop = false;               //!< files: restart at EOF
+  bool realtime = false;           //!< files: pace at the stream frame rate like a camera
+  RtspTransport transport = RtspTransport::Tcp;
+  std::chrono::microseconds socket_timeout{5'000'000};   //!< FFmpeg `timeout` option (µs)
+  std::chrono::milliseconds stall_timeout{10'000};       //!< no frame for this long = stalled
+  std::chrono::milliseconds reconnect_initial{500};
+  std::chrono::milliseconds reconnect_max{30'000};
+  int32_t max_reconnects = -1;     //!< -1 = unlimited
+  int64_t max_frames = -1;         //!< stop after this many decoded frames (-1 = all)
+};
+
+//! A rectangle in pixels, or in fractions of the frame when `fractional` (all four in [0,1]).
+struct RectSpec {
+  double x = 0, y = 0, w = 1, h = 1;
+  bool fractional = true;
+};
+
+enum class AspectMode : uint8_t { Stretch, Letterbox, CenterCropFill };
+enum class ChannelOrder : uint8_t { Rgb, Bgr, Gray };
+
+//! How the resize target is given: exact size, or the shorter side (torchvision Resize(int)).
+struct ResizeSpec {
+  int32_t width = 0, height = 0;   //!< exact target (with `aspect`)
+  int32_t shorter_side = 0;        //!< > 0: scale so the shorter side is this, keeping aspect
+};
+
+struct OutputSpec {
+  std::string name;
+  RectSpec crop;                                   //!< default: whole frame
+  ResizeSpec resize;
+  ops::Interp interp = ops::Interp::Linear;
+  AspectMode aspect = AspectMode::Stretch;
+  std::optional<std::array<int32_t, 2>> center_crop;   //!< [w, h] after resize (torchvision CenterCrop)
+  std::array<float, 3> pad_value{114.f, 114.f, 114.f};  //!< letterbox fill, in 0..255 pixel units
+  ChannelOrder channels = ChannelOrder::Rgb;
+  float scale = 1.f / 255.f;                       //!< applied before mean/std
+  std::array<float, 3> mean{0.f, 0.f, 0.f};
+  std::array<float, 3> std{1.f, 1.f, 1.f};
+  ops::Layout layout = ops::Layout::Chw;
+  ops::DType dtype = ops::DType::F32;
+};
+
+//! Colour interpretation; unset fields come from the stream's metadata.
+struct ColorSpec {
+  std::optional<ops::ColorMatrix> matrix;
+  std::optional<ops::ColorRange> range;
+  ops::ChromaUpsample chroma_upsample = ops::ChromaUpsample::Nearest;
+};
+
+enum class SinkKind : uint8_t { Npy, Null };
+
+struct SinkSpec {
+  SinkKind kind = SinkKind::Npy;
+  std::string directory;           //!< npy: output folder, one subfolder per output
+  int32_t frames_per_file = 1;     //!< npy: frames stacked per .npy file ([N, ...])
+};
+
+enum class DeviceKind : uint8_t { Auto, Cpu, Cuda };
+struct DeviceSpec {
+  DeviceKind kind = DeviceKind::Auto;
+  int32_t index = 0;
+};
+
+struct PipelineSpec {
+  std::string name;
+  SourceSpec source;
+  DecoderKind decoder = DecoderKind::Auto;
+  ColorSpec color;
+  std::vector<OutputSpec> outputs;
+  SinkSpec sink;
+  std::optional<DeviceSpec> device;    //!< per-pipeline override of the daemon's device
+  int32_t queue_depth = 4;             //!< decoded frames waiting for processing
+};
+
+}  // namespace framefuse
