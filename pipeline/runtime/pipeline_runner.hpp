@@ -1,0 +1,52 @@
+#pragma once
+//! One running pipeline: a decode thread feeds a bounded queue, a process thread runs the fused
+//! chain on the pipeline's executor and hands outputs to the sink. Owns its threads (RAII): the
+//! destructor stops and joins. Errors stay inside the pipeline (state Failed), never in others.
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "pipeline/decode/decoded_frame.hpp"
+#include "pipeline/runtime/pipeline_stats.hpp"
+#include "pipeline/spec.hpp"
+
+namespace framefuse {
+
+class PipelineRunner {
+ public:
+  //! `device` is already resolved (Cpu or Cuda:N). Nothing starts until start().
+  PipelineRunner(PipelineSpec spec, DeviceSpec device, int cpu_threads = 0);
+  ~PipelineRunner();
+  PipelineRunner(const PipelineRunner&) = delete;
+  PipelineRunner& operator=(const PipelineRunner&) = delete;
+
+  void start();
+  //! Asks both threads to stop; blocking source reads are interrupted. Returns at once.
+  void request_stop();
+  //! Waits for the threads; sinks are flushed. Idempotent.
+  void join();
+  //! True once the source ended (or failed) and every queued frame was processed.
+  bool done() const { return done_.load(std::memory_order_acquire); }
+
+  const PipelineSpec& spec() const { return spec_; }
+  const DeviceSpec& device() const { return device_; }
+  PipelineStats& stats() { return stats_; }
+  //! The most recent decoded frame (kept alive by the returned copy), for previews.
+  std::optional<DecodedFrame> latest_frame() const;
+
+ private:
+  struct Impl;
+  PipelineSpec spec_;
+  DeviceSpec device_;
+  int cpu_threads_;
+  PipelineStats stats_;
+  std::unique_ptr<Impl> impl_;
+  std::atomic<bool> done_{false};
+  mutable std::mutex latest_mu_;
+  std::optional<DecodedFrame> latest_;
+};
+
+}  // namespace framefuse
