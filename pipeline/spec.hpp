@@ -31,12 +31,14 @@ struct SourceSpec {
   std::chrono::milliseconds reconnect_max{30'000};
   int32_t max_reconnects = -1;     //!< -1 = unlimited
   int64_t max_frames = -1;         //!< stop after this many decoded frames (-1 = all)
+  bool operator==(const SourceSpec&) const = default;
 };
 
 //! A rectangle in pixels, or in fractions of the frame when `fractional` (all four in [0,1]).
 struct RectSpec {
   double x = 0, y = 0, w = 1, h = 1;
   bool fractional = true;
+  bool operator==(const RectSpec&) const = default;
 };
 
 enum class AspectMode : uint8_t { Stretch, Letterbox, CenterCropFill };
@@ -46,6 +48,7 @@ enum class ChannelOrder : uint8_t { Rgb, Bgr, Gray };
 struct ResizeSpec {
   int32_t width = 0, height = 0;   //!< exact target (with `aspect`)
   int32_t shorter_side = 0;        //!< > 0: scale so the shorter side is this, keeping aspect
+  bool operator==(const ResizeSpec&) const = default;
 };
 
 struct OutputSpec {
@@ -62,6 +65,7 @@ struct OutputSpec {
   std::array<float, 3> std{1.f, 1.f, 1.f};
   ops::Layout layout = ops::Layout::Chw;
   ops::DType dtype = ops::DType::F32;
+  bool operator==(const OutputSpec&) const = default;
 };
 
 //! Colour interpretation; unset fields come from the stream's metadata.
@@ -69,6 +73,7 @@ struct ColorSpec {
   std::optional<ops::ColorMatrix> matrix;
   std::optional<ops::ColorRange> range;
   ops::ChromaUpsample chroma_upsample = ops::ChromaUpsample::Nearest;
+  bool operator==(const ColorSpec&) const = default;
 };
 
 enum class SinkKind : uint8_t { Npy, Null };
@@ -77,12 +82,14 @@ struct SinkSpec {
   SinkKind kind = SinkKind::Npy;
   std::string directory;           //!< npy: output folder, one subfolder per output
   int32_t frames_per_file = 1;     //!< npy: frames stacked per .npy file ([N, ...])
+  bool operator==(const SinkSpec&) const = default;
 };
 
 enum class DeviceKind : uint8_t { Auto, Cpu, Cuda };
 struct DeviceSpec {
   DeviceKind kind = DeviceKind::Auto;
   int32_t index = 0;
+  bool operator==(const DeviceSpec&) const = default;
 };
 
 struct PipelineSpec {
@@ -94,6 +101,7 @@ struct PipelineSpec {
   SinkSpec sink;
   std::optional<DeviceSpec> device;    //!< per-pipeline override of the daemon's device
   int32_t queue_depth = 4;             //!< decoded frames waiting for processing
+  bool operator==(const PipelineSpec&) const = default;
 };
 
 }  // namespace framefuse

@@ -4,43 +4,73 @@
 namespace framefuse {
 namespace {
 
+//! Block-cooperative copy of a POD from global to shared memory, one 4-byte word per thread.
 template <class T>
 __device__ __forceinline__ void copy_to_shared(T& dst, const T& src) {
-  static_assert(sizeof(T) % 4 == 0);
-  auto* d = reinterpret_cast<uint32_t*>(&dst);
-  auto* s = reinterpret_cast<const uint32_t*>(&src);
-  for (unsigned i = threadIdx.x; i < sizeof(T) / 4; i += blockDim.x) d[i] = s[i];
+  static_assert(sizeof(T) % 4 == 0 && sizeof(T) / 4 <= kBlockThreads);
+  if (threadIdx.x < sizeof(T) / 4)
+    reinterpret_cast<uint32_t*>(&dst)[threadIdx.x] = reinterpret_cast<const uint32_t*>(&src)[threadIdx.x];
 }
 
-template <ops::PixelFormat F>
-__global__ void __launch_bounds__(kTileW * kTileH) fused_kernel(const FusedParams* __restrict__ params) {
+//! One block = one tile of one output of one frame. The prologue has two dependent global reads
+//! (which output, then its parameters staged in shared memory); after that each thread runs
+//! Chain::pixel for R pixels of its column, kBlockRows rows apart, so a warp always covers 32
+//! consecutive pixels of a row (coalesced source taps and stores).
+template <ops::PixelFormat F, int R>
+__global__ void __launch_bounds__(kBlockThreads) fused_kernel(const FusedParams* __restrict__ params) {
   __shared__ ops::Chain::Params out;
   __shared__ FrameSlot slot;
   const int b = static_cast<int>(blockIdx.y);
-  if (b >= params->num_frames) return;   // uniform per block
   const int tile = static_cast<int>(blockIdx.x);
   int k = 0;
-  while (k + 1 < params->num_outputs && tile >= params->tile_begin[k + 1]) ++k;
+#pragma unroll
+  for (int j = 1; j < kMaxOutputs; ++j) k += tile >= params->tile_begin[j] ? 1 : 0;
+  if (b >= params->num_frames) return;   // uniform per block
   copy_to_shared(out, params->outputs[k]);
   copy_to_shared(slot, params->frames[b]);
-  __syncthreads();
   const int local = tile - params->tile_begin[k];
-  const int tx = local % params->tiles_x[k], ty = local / params->tiles_x[k];
-  const int x = tx * kTileW + static_cast<int>(threadIdx.x % kTileW);
-  const int y = ty * kTileH + static_cast<int>(threadIdx.x / kTileW);
-  if (x >= out.store.width || y >= out.store.height) return;
+  const int tiles_x = params->tiles_x[k];
+  __syncthreads();
+  const int x = (local % tiles_x) * kTileW + static_cast<int>(threadIdx.x % kTileW);
+  const int y0 = (local / tiles_x) * (kBlockRows * R) + static_cast<int>(threadIdx.x / kTileW);
+  if (x >= out.store.width) return;
   const ops::FrameReader<F> src{slot.image, slot.color};
-  ops::Chain::pixel(src, out, b, x, y);
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    const int y = y0 + i * kBlockRows;
+    if (y < out.store.height) ops::Chain::pixel(src, out, b, x, y);
+  }
+}
+
+//! Calls fn(kernel) with the instantiation for `format` and `rows_per_thread`.
+template <class Fn>
+cudaError_t with_kernel(ops::PixelFormat format, int rows_per_thread, Fn&& fn) {
+  return ops::dispatch_format(format, [&](auto tag) {
+    constexpr ops::PixelFormat F = decltype(tag)::value;
+    switch (rows_per_thread) {
+      case 1: return fn(fused_kernel<F, 1>);
+      case 2: return fn(fused_kernel<F, 2>);
+      case 4: return fn(fused_kernel<F, 4>);
+      default: return cudaErrorInvalidValue;
+    }
+  });
 }
 
 }  // namespace
 
-cudaError_t launch_fused(ops::PixelFormat format, const FusedParams* params, int32_t tiles, int32_t max_batch,
-                         cudaStream_t stream) {
+cudaError_t launch_fused(ops::PixelFormat format, int rows_per_thread, const FusedParams* params, int32_t tiles,
+                         int32_t max_batch, cudaStream_t stream) {
   if (tiles <= 0 || max_batch <= 0) return cudaErrorInvalidValue;
-  return ops::dispatch_format(format, [&](auto tag) {
-    fused_kernel<decltype(tag)::value><<<dim3(tiles, max_batch), kTileW * kTileH, 0, stream>>>(params);
+  return with_kernel(format, rows_per_thread, [&](auto kernel) {
+    kernel<<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(max_batch)), kBlockThreads, 0, stream>>>(
+        params);
     return cudaGetLastError();
+  });
+}
+
+cudaError_t fused_blocks_per_sm(ops::PixelFormat format, int rows_per_thread, int* blocks) {
+  return with_kernel(format, rows_per_thread, [&](auto kernel) {
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, kernel, kBlockThreads, 0);
   });
 }
 

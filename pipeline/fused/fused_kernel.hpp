@@ -6,10 +6,15 @@
 
 namespace framefuse {
 
-//! Enqueues one launch on `stream` reading `params` (device memory, valid until the kernel ran).
+//! Enqueues one launch on `stream` reading `params` (device memory, valid until the kernel ran),
+//! tiled by tile_outputs(p, rows_per_thread) (one of kRowsPerThreadChoices).
 //! Grid: `tiles` blocks (all outputs) x `max_batch` frames; frames >= params->num_frames exit.
 //! Never allocates or synchronises: safe inside stream capture.
-cudaError_t launch_fused(ops::PixelFormat format, const FusedParams* params, int32_t tiles, int32_t max_batch,
-                         cudaStream_t stream);
+cudaError_t launch_fused(ops::PixelFormat format, int rows_per_thread, const FusedParams* params, int32_t tiles,
+                         int32_t max_batch, cudaStream_t stream);
+
+//! Blocks of the kernel for `format` / `rows_per_thread` resident at once on one multiprocessor of
+//! the current device (cudaOccupancyMaxActiveBlocksPerMultiprocessor). Host query, for setup.
+cudaError_t fused_blocks_per_sm(ops::PixelFormat format, int rows_per_thread, int* blocks);
 
 }  // namespace framefuse

@@ -12,23 +12,27 @@ namespace framefuse {
 
 class FusedPreprocess {
  public:
-  //! Throws ConfigError for more than kMaxOutputs outputs or kMaxBatch frames.
-  void setup(const FrameInfo& frame, std::span<const OutputPlan> plans, int max_batch);
+  //! Throws ConfigError for more than kMaxOutputs outputs, kMaxBatch frames, or a rows_per_thread
+  //! outside kRowsPerThreadChoices. rows_per_thread 0 = pick for the current device: as many rows
+  //! per thread as still leave at least two full waves of blocks for a batch of `max_batch`.
+  void setup(const FrameInfo& frame, std::span<const OutputPlan> plans, int max_batch, int rows_per_thread = 0);
 
   //! Points the next run at `frames` (device views) and `outs` (device tensors of frame 0, one per
   //! output; frame b at + b * bytes_per_frame). Host-only. The caller must not call it again before
   //! the previous run's upload has executed (wait on an event recorded after run()).
   void set_batch(std::span<const FrameSlot> frames, std::span<void* const> outs);
 
-  //! Enqueues upload of the parameter block + the fused kernel on `stream`.
+  //! Enqueues upload of the parameter block (params_bytes(max_batch)) + the fused kernel on `stream`.
   void run(cudaStream_t stream) const;
 
   int max_batch() const { return max_batch_; }
+  int rows_per_thread() const { return rows_per_thread_; }
   const FusedParams& params() const { return *staging_.as<FusedParams>(); }
 
  private:
   ops::PixelFormat format_{};
   int max_batch_ = 0;
+  int rows_per_thread_ = 1;
   int32_t tiles_ = 0;
   cuda::PinnedBuffer staging_;
   cuda::DeviceBuffer device_;

@@ -1,8 +1,8 @@
 #pragma once
 //! Crop + resize by read-back: an output pixel asks the reader behind it for exactly the source taps
 //! it needs; no cropped or resized image is ever materialised. Coordinates follow cv::resize:
-//!  Nearest: sx = floor(dx * src / dst)                       (INTER_NEAREST)
-//!  Linear:  sx = (dx + 0.5) * src / dst - 0.5, edge-clamped  (INTER_LINEAR, torchvision antialias=False)
+//!  Nearest: sx = floor(dx * scale), scale = 1 / (dst / src)  (INTER_NEAREST, double as OpenCV)
+//!  Linear:  sx = (dx + 0.5) * scale - 0.5, edge-clamped     (INTER_LINEAR, torchvision antialias=False)
 //!  AreaBox: exact box average with fractional edge weights   (INTER_AREA when shrinking both axes)
 //!  AreaUp:  OpenCV's INTER_AREA coefficients when enlarging  (either axis scale < 1)
 #include "pipeline/ops/op_traits.hpp"
@@ -14,22 +14,38 @@ enum class Interp : uint8_t { Nearest, Linear, Area, AreaBox, AreaUp };
 
 struct Resize {
   //! Maps a crop window of the source (x0, y0, w, h) onto a virtual image of dst_w x dst_h.
+  //! Scales are double, computed as cv::resize does (inv = dst / src, scale = 1 / inv): nearest and
+  //! area-up floor `d * scale`, and float there picks a different pixel where d * src / dst is
+  //! (nearly) an integer.
   struct Params {
     int32_t x0, y0, src_w, src_h;   //!< crop window in source pixels
     int32_t dst_w, dst_h;           //!< size of the virtual resized image
-    float scale_x, scale_y;         //!< src / dst
-    float inv_scale_x, inv_scale_y; //!< dst / src
+    double scale_x, scale_y;        //!< 1 / inv_scale (src / dst, rounded as OpenCV does)
+    double inv_scale_x, inv_scale_y;  //!< dst / src
     Interp interp;                  //!< never Area (resolved)
   };
 
-  //! One axis of a two-tap filter: sample index i0 with weight (1 - a), i0 + 1 with weight a.
+  //! floor() for |v| < 2^31, identical on host and device.
+  FF_HD static int floord(double v) {
+    int i = static_cast<int>(v);
+    return (static_cast<double>(i) > v) ? i - 1 : i;
+  }
+
+  //! Source index of output index d (cv::resize INTER_NEAREST: floor(d * scale), clamped).
+  FF_HD static int nearest_tap(int d, double scale, int n) {
+    const int i = floord(double(d) * scale);
+    return i < n - 1 ? i : n - 1;
+  }
+
+  //! One axis of a two-tap filter: sample index i0 with weight (1 - a), i1 with weight a.
   struct Taps2 {
     int i0, i1;
     float a;
   };
 
-  FF_HD static Taps2 linear_taps(int d, float scale, int n) {
-    float f = (float(d) + 0.5f) * scale - 0.5f;
+  //! INTER_LINEAR: half-pixel centres, position rounded to float before the floor, edges clamped.
+  FF_HD static Taps2 linear_taps(int d, double scale, int n) {
+    float f = static_cast<float>((double(d) + 0.5) * scale - 0.5);
     int i = floori(f);
     f -= float(i);
     if (i < 0) { i = 0; f = 0.f; }
@@ -37,38 +53,43 @@ struct Resize {
     return {i, i + 1 < n ? i + 1 : n - 1, f};
   }
 
-  FF_HD static Taps2 area_up_taps(int d, float scale, float inv_scale, int n) {
-    int i = floori(float(d) * scale);
-    float f = float(d + 1) - float(i + 1) * inv_scale;
+  //! INTER_AREA when enlarging: a pixel straddling a source boundary blends the two sources.
+  FF_HD static Taps2 area_up_taps(int d, double scale, double inv_scale, int n) {
+    int i = floord(double(d) * scale);
+    float f = static_cast<float>(double(d + 1) - double(i + 1) * inv_scale);
     f = f <= 0.f ? 0.f : f - float(floori(f));
     if (i < 0) { i = 0; f = 0.f; }
     if (i >= n - 1) { i = n - 1; f = 0.f; }
     return {i, i + 1 < n ? i + 1 : n - 1, f};
   }
 
-  //! Box filter extent on one axis: covers source [lo, hi) in float, clipped to the image.
+  //! Box filter extent on one axis: covers source [first + lo, first + hi), clipped to the image.
+  //! lo/hi are relative to `first` so float keeps full precision far from the origin.
   struct Box {
     float lo, hi, inv_cell;
     int first, last;   //!< inclusive range of sample indices touched
   };
 
-  FF_HD static Box area_box(int d, float scale, int n) {
-    const float lo = float(d) * scale;
-    float hi = lo + scale;
-    const float cell = scale < float(n) - lo ? scale : float(n) - lo;
-    if (hi > float(n)) hi = float(n);
-    int first = floori(lo);
-    int last = floori(hi - 1e-3f);
+  //! cv::resize INTER_AREA (shrinking) box of output index d: [d * scale, (d + 1) * scale) in double.
+  FF_HD static Box area_box(int d, double scale, int n) {
+    const double lo = double(d) * scale;
+    double hi = lo + scale;
+    const double cell = scale < double(n) - lo ? scale : double(n) - lo;
+    if (hi > double(n)) hi = double(n);
+    int first = floord(lo);
+    int last = floord(hi - 1e-3);
     if (last > n - 1) last = n - 1;
     if (first > last) first = last;
-    return {lo, hi, 1.f / cell, first, last};
+    return {static_cast<float>(lo - first), static_cast<float>(hi - first), static_cast<float>(1.0 / cell),
+            first, last};
   }
 
-  //! Weight of sample i inside a box (overlap of [i, i+1) with [lo, hi), ignoring slivers < 1e-3).
+  //! Weight of sample i inside a box (overlap of [i, i+1) with the box, ignoring slivers <= 1e-3).
   FF_HD static float box_weight(const Box& b, int i) {
-    float l = float(i) > b.lo ? float(i) : b.lo;
-    float h = float(i + 1) < b.hi ? float(i + 1) : b.hi;
-    float w = h - l;
+    const float k = float(i - b.first);
+    const float l = k > b.lo ? k : b.lo;
+    const float h = k + 1.f < b.hi ? k + 1.f : b.hi;
+    const float w = h - l;
     return w > 1e-3f ? w * b.inv_cell : 0.f;
   }
 
@@ -76,11 +97,8 @@ struct Resize {
   template <class Reader>
   FF_HD static Vec3 sample(const Reader& src, const Params& p, int dx, int dy) {
     switch (p.interp) {
-      case Interp::Nearest: {
-        int sx = int((int64_t(dx) * p.src_w) / p.dst_w);
-        int sy = int((int64_t(dy) * p.src_h) / p.dst_h);
-        return src.rgb(p.x0 + sx, p.y0 + sy);
-      }
+      case Interp::Nearest:
+        return src.rgb(p.x0 + nearest_tap(dx, p.scale_x, p.src_w), p.y0 + nearest_tap(dy, p.scale_y, p.src_h));
       case Interp::AreaBox: {
         const Box bx = area_box(dx, p.scale_x, p.src_w), by = area_box(dy, p.scale_y, p.src_h);
         Vec3 acc{0.f, 0.f, 0.f};

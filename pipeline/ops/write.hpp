@@ -22,7 +22,11 @@ FF_HD int round_even(float v) {
 #endif
 }
 
-FF_HD uint8_t saturate_u8(float v) { return static_cast<uint8_t>(clampi(round_even(v), 0, 255)); }
+//! Clamps in float first: converting an out-of-int-range float (or NaN) to int is undefined on the
+//! host, so large values, infinities and NaN (-> 0) must never reach the conversion.
+FF_HD uint8_t saturate_u8(float v) {
+  return static_cast<uint8_t>(round_even(v > 0.f ? (v < 255.f ? v : 255.f) : 0.f));
+}
 
 //! IEEE binary16 bits of v, round-to-nearest-even; identical on host and device.
 FF_HD uint16_t to_half_bits(float v) {

@@ -4,7 +4,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
-#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -50,7 +50,7 @@ class PipelineStats {
   //! Records one decode -> output latency.
   void observe_latency(double seconds);
 
-  //! Copies counters; `fps` is computed against the previous snapshot() call.
+  //! Copies counters; `fps` is the processed rate over the last >= 1 s between snapshots.
   PipelineSnapshot snapshot();
 
   //! Descriptive strings, set rarely (open, re-setup, error); guarded by a mutex inside.
@@ -60,10 +60,14 @@ class PipelineStats {
  private:
   std::array<std::atomic<uint64_t>, kLatencyBuckets.size() + 1> latency_counts_{};
   std::atomic<uint64_t> latency_sum_ns_{0};
-  struct Text;
-  std::shared_ptr<Text> text_ = std::make_shared<Text>();
-  int64_t fps_last_ns_ = 0;
+  struct Text {
+    std::mutex mu;
+    std::string frame, error;
+  };
+  Text text_;
+  int64_t fps_last_ns_ = 0;          // guarded by text_.mu
   uint64_t fps_last_frames_ = 0;
+  double fps_ = 0;
 };
 
 }  // namespace framefuse

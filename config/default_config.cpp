@@ -1,0 +1,67 @@
+#include "config/load.hpp"
+
+namespace framefuse::config {
+
+// Kept in step with schema.hpp and pipeline/spec.hpp by config_test (DefaultConfig.*), which loads it
+// and compares every value with the default-constructed structs.
+std::string default_config_yaml() {
+  return R"yaml(# framefused configuration: every key with its default value.
+# Durations take a unit (100us, 250ms, 5s, 1m, 2h); sizes a number of bytes or 8KiB, 64MiB, ...
+# Any value may use ${VAR} or ${VAR:-default} from the environment.
+log:
+  level: info                      # trace | debug | info | warn | error
+  format: text                     # text | json (one object per line)
+http:
+  enabled: true                    # serve /metrics, /healthz, /readyz and /status
+  bind: 127.0.0.1                  # IPv4 or IPv6 address to listen on
+  port: 9400                       # 1..65535
+  max_connections: 64              # concurrent connections; more are refused
+  idle_timeout: 30s                # close keep-alive connections idle this long
+  max_header_bytes: 8KiB           # larger request headers are rejected (1KiB..1MiB)
+device: auto                       # auto (first CUDA device, else cpu) | cpu | cuda | cuda:N
+readiness: all                     # /readyz: all = every pipeline streaming, any = at least one
+drain_timeout: 5s                  # on shutdown, time for queued frames to finish (0s = none)
+cpu_threads: 0                     # CPU executor threads (0 = one per core)
+pipelines:                         # at least one
+  - name: camera                   # letters, digits, _ and -; unique; labels metrics and folders
+    source:
+      uri: rtsp://camera.local:554/stream   # rtsp[s]:// URL, or a file path (relative to this file)
+      loop: false                  # files: restart at the end
+      realtime: false              # files: pace at the stream's frame rate, like a camera
+      transport: tcp               # rtsp: tcp | udp
+      timeout: 5s                  # rtsp: socket timeout for connecting and reading
+      stall_timeout: 10s           # no frame for this long = stalled, reconnect
+      reconnect:
+        initial: 500ms             # first delay before reconnecting, doubled after each failure
+        max: 30s                   # longest delay between reconnects
+        attempts: unlimited        # unlimited | N: give up after N failed reconnects
+      max_frames: -1               # stop after this many decoded frames (-1 = all)
+    decoder: auto                  # auto | nvdec | cpu
+    device: null                   # this pipeline's device (null = the daemon's)
+    queue_depth: 4                 # decoded frames waiting for processing
+    color:
+      matrix: auto                 # auto (stream metadata) | bt601 | bt709
+      range: auto                  # auto (stream metadata) | limited | full
+      chroma_upsample: nearest     # nearest | linear
+    outputs:                       # 1..8, computed in one fused pass per frame
+      - name: output               # letters, digits, _ and -; unique in the pipeline; output subfolder
+        crop: {x: 0, y: 0, w: 1, h: 1, units: fraction}   # region read; units: pixels (default) | fraction
+        resize: {width: 224, height: 224}   # or {shorter_side: N}; leave out to keep the crop's size
+        interp: linear             # nearest | linear | area
+        aspect: stretch            # stretch | letterbox | fill (letterbox and fill need width, height)
+        center_crop: null          # [w, h] or N cut from the middle after resize (null = none)
+        pad_value: 114             # 0..255 fill for letterbox / oversized center_crop: N or [r, g, b]
+        channels: rgb              # rgb | bgr | gray
+        scale: 1/255               # multiplies 0..255 pixels before mean/std; N or "1/N" (uint8: default 1)
+        mean: 0                    # subtracted after scale: N or [r, g, b]
+        std: 1                     # divides after mean, non-zero: N or [r, g, b]
+        layout: chw                # chw | hwc
+        dtype: float32             # float32 | float16 | uint8 (rounded, saturated)
+    sink:
+      type: npy                    # npy (.npy files) | null (discard outputs)
+      directory: out/camera        # npy: folder (relative to this file), one subfolder per output
+      frames_per_file: 1           # npy: frames stacked per file, shape [N, ...]
+)yaml";
+}
+
+}  // namespace framefuse::config

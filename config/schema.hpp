@@ -1,0 +1,43 @@
+#pragma once
+//! The daemon's typed configuration: what config/load.hpp produces from YAML and daemon/ runs.
+//! Pure data; pipelines are pipeline/spec.hpp's PipelineSpec. Every value here has passed the static
+//! checks of the loader; frame-size dependent checks happen in make_output_plan.
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pipeline/spec.hpp"
+
+namespace framefuse::config {
+
+struct LogConfig {
+  std::string level = "info";   //!< trace | debug | info | warn | error
+  enum class Format : uint8_t { Text, Json } format = Format::Text;
+};
+
+struct HttpConfig {
+  bool enabled = true;
+  std::string bind = "127.0.0.1";               //!< IPv4 or IPv6 address literal
+  uint16_t port = 9400;                         //!< 1..65535
+  int max_connections = 64;                     //!< concurrent connections; more are refused
+  std::chrono::milliseconds idle_timeout{30000};   //!< keep-alive connection closed when idle this long
+  size_t max_header_bytes = 8192;               //!< larger request headers are rejected
+};
+
+//! What /readyz requires: every pipeline streaming, or at least one.
+enum class ReadinessPolicy : uint8_t { All, Any };
+
+struct DaemonConfig {
+  LogConfig log;
+  HttpConfig http;
+  DeviceSpec device;                            //!< default for pipelines without their own
+  ReadinessPolicy readiness = ReadinessPolicy::All;
+  std::chrono::milliseconds drain_timeout{5000};   //!< shutdown: time for queued frames to finish
+  int cpu_threads = 0;                          //!< CPU executor threads; 0 = one per core
+  std::vector<PipelineSpec> pipelines;          //!< at least one; paths already absolute
+  std::string path;                             //!< absolute config file path (load_string: its name)
+};
+
+}  // namespace framefuse::config

@@ -1,0 +1,263 @@
+#include "daemon/app.hpp"
+
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <ctime>
+#include <set>
+
+#include "config/load.hpp"
+#include "daemon/http/http_server.hpp"
+#include "daemon/version.hpp"
+#include "pipeline/error.hpp"
+#include "pipeline/util/redact.hpp"
+
+namespace framefuse::daemon {
+
+namespace {
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+App::App(config::DaemonConfig config, Overrides overrides) : overrides_(std::move(overrides)) {
+  apply_overrides(config);
+  probe_ = probe_cuda();
+  config_ = std::make_shared<const config::DaemonConfig>(std::move(config));
+  const DeviceSpec resolved = resolve_device(config_->device, probe_);   // throws DeviceError
+  if (probe_.devices == 0) {
+    spdlog::info("no usable CUDA device ({}): pipelines run on the CPU backend", probe_.detail);
+  } else {
+    spdlog::info("{} CUDA device(s), first: {}; default device {}", probe_.devices, probe_.detail,
+                 to_string(resolved));
+  }
+}
+
+App::~App() {
+  http_.reset();   // stop serving before the runners it reads go away
+  std::lock_guard lock(mu_);
+  for (auto& [name, r] : runners_) r->request_stop();
+  runners_.clear();   // each destructor joins: queued frames drained, sinks flushed
+}
+
+void App::apply_overrides(config::DaemonConfig& c) const {
+  if (overrides_.device) {
+    c.device = config::parse_device(*overrides_.device);
+    for (auto& p : c.pipelines) p.device.reset();   // the command line wins for every pipeline
+  }
+  if (overrides_.log_level) c.log.level = *overrides_.log_level;
+  if (overrides_.http_port) c.http.port = static_cast<uint16_t>(*overrides_.http_port);
+  if (overrides_.no_http) c.http.enabled = false;
+}
+
+DeviceSpec App::device_for(const PipelineSpec& p) const {
+  return resolve_device(p.device.value_or(config_->device), probe_);
+}
+
+void App::start_pipeline(const PipelineSpec& p) {
+  auto runner = std::make_unique<PipelineRunner>(p, device_for(p), config_->cpu_threads);
+  spdlog::info("pipeline '{}': starting ({} -> {} output(s), device {})", p.name, redact_uri(p.source.uri),
+               p.outputs.size(), to_string(runner->device()));
+  runner->start();
+  runners_[p.name] = std::move(runner);
+}
+
+uint16_t App::http_port() const { return http_ ? http_->port() : 0; }
+
+int App::run() {
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& p : config_->pipelines) start_pipeline(p);
+  }
+  if (config_->http.enabled) {
+    const auto& h = config_->http;
+    http_ = std::make_unique<HttpServer>(
+        HttpServerOptions{h.bind, h.port, h.max_connections, h.idle_timeout, h.max_header_bytes}, *this);
+    spdlog::info("http: serving /metrics, /status, /livez, /readyz, /preview on {}:{}", h.bind, http_->port());
+  }
+  notifier_.send("READY=1\nSTATUS=pipelines started");
+
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  auto next_progress = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  auto next_watchdog = std::chrono::steady_clock::now();
+  int status = 0;
+  while (true) {
+    const timespec tick{0, 200'000'000};
+    const int sig = sigtimedwait(&set, nullptr, &tick);
+    if (sig == SIGINT || sig == SIGTERM) {
+      spdlog::info("received {}: draining in-flight frames and stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
+      notifier_.send("STOPPING=1");
+      break;
+    }
+    if (sig == SIGHUP) {
+      notifier_.send("RELOADING=1");
+      reload();
+      notifier_.send("READY=1");
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (const auto wd = notifier_.watchdog_interval(); wd && now >= next_watchdog) {
+      notifier_.send("WATCHDOG=1");
+      next_watchdog = now + *wd;
+    }
+    if (now >= next_progress) {
+      log_progress();
+      next_progress = now + std::chrono::seconds(5);
+    }
+    if (all_done()) break;
+  }
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [name, r] : runners_) r->request_stop();
+  }
+  // Bound the drain: a stuck sink or device must not keep the service from stopping.
+  const auto deadline = std::chrono::steady_clock::now() + config_->drain_timeout;
+  while (!all_done() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (!all_done()) {
+    spdlog::error("drain did not finish within {} ms; exiting without waiting", config_->drain_timeout.count());
+    std::_Exit(1);
+  }
+  http_.reset();
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [name, r] : runners_) r->join();
+    for (auto& [name, r] : runners_)
+      if (static_cast<SourceState>(r->stats().state.load()) == SourceState::Failed) status = 1;
+  }
+  log_summary();
+  return status;
+}
+
+bool App::all_done() {
+  std::lock_guard lock(mu_);
+  for (auto& [name, r] : runners_)
+    if (!r->done()) return false;
+  return true;
+}
+
+bool App::reload() {
+  const auto path = config_->path;
+  config::DaemonConfig next;
+  try {
+    next = config::load_file(path);
+    apply_overrides(next);
+    for (const auto& p : next.pipelines) resolve_device(p.device.value_or(next.device), probe_);
+  } catch (const std::exception& e) {
+    std::lock_guard lock(mu_);
+    ++reloads_failed_;
+    last_reload_ok_ = false;
+    last_reload_unix_s_ = unix_now();
+    spdlog::error("reload refused, keeping the running config: {}", e.what());
+    return false;
+  }
+  std::lock_guard lock(mu_);
+  std::set<std::string> keep;
+  for (const auto& p : next.pipelines) keep.insert(p.name);
+  for (auto it = runners_.begin(); it != runners_.end();) {
+    if (!keep.count(it->first)) {
+      spdlog::info("reload: pipeline '{}' removed, draining", it->first);
+      it = runners_.erase(it);   // destructor stops, drains and joins
+    } else {
+      ++it;
+    }
+  }
+  auto old = config_;
+  config_ = std::make_shared<const config::DaemonConfig>(std::move(next));
+  int started = 0, restarted = 0, unchanged = 0;
+  for (const auto& p : config_->pipelines) {
+    const auto it = runners_.find(p.name);
+    if (it != runners_.end() && it->second->spec() == p && it->second->device() == device_for(p)) {
+      ++unchanged;
+      continue;
+    }
+    if (it != runners_.end()) {
+      runners_.erase(it);
+      ++restarted;
+    } else {
+      ++started;
+    }
+    start_pipeline(p);
+  }
+  ++reloads_ok_;
+  last_reload_ok_ = true;
+  last_reload_unix_s_ = unix_now();
+  spdlog::info("reload applied: {} unchanged, {} restarted, {} started", unchanged, restarted, started);
+  return true;
+}
+
+void App::log_progress() {
+  for (const auto& s : pipelines()) {
+    spdlog::info("pipeline '{}': {} decoded, {} processed, {:.1f} fps, queue {}, state {}", s.name,
+                 s.frames_decoded, s.frames_processed, s.fps, s.queue_depth,
+                 kSourceStateNames[static_cast<size_t>(s.state)]);
+  }
+}
+
+void App::log_summary() {
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  std::lock_guard lock(mu_);
+  for (auto& [name, r] : runners_) {
+    const auto s = r->stats().snapshot();
+    uint64_t dropped = 0;
+    for (auto d : s.dropped) dropped += d;
+    const double lat_ms = s.frames_processed ? 1e3 * s.latency_sum_s / double(s.frames_processed) : 0.0;
+    std::string where = r->spec().sink.kind == SinkKind::Npy ? r->spec().sink.directory : "null sink";
+    spdlog::info("summary '{}': {} frames decoded, {} processed, {} dropped, {:.1f} fps average over {:.2f} s, "
+                 "mean decode->output {:.2f} ms, state {}, outputs in {}",
+                 name, s.frames_decoded, s.frames_processed, dropped, s.frames_processed / std::max(elapsed, 1e-9),
+                 elapsed, lat_ms, kSourceStateNames[static_cast<size_t>(s.state)], where);
+    if (!s.last_error.empty()) spdlog::info("summary '{}': last error: {}", name, s.last_error);
+  }
+}
+
+bool App::ready() {
+  std::lock_guard lock(mu_);
+  if (runners_.empty()) return false;
+  int up = 0;
+  for (auto& [name, r] : runners_) {
+    const auto st = static_cast<SourceState>(r->stats().state.load());
+    if ((st == SourceState::Streaming || st == SourceState::Finished) && r->stats().frames_processed.load() > 0) ++up;
+  }
+  return config_->readiness == config::ReadinessPolicy::Any ? up > 0 : up == static_cast<int>(runners_.size());
+}
+
+DaemonSnapshot App::daemon() {
+  DaemonSnapshot d;
+  d.version = kVersion;
+  d.uptime_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  d.ready = ready();
+  std::lock_guard lock(mu_);
+  d.device = to_string(config_->device);
+  d.reloads_ok = reloads_ok_;
+  d.reloads_failed = reloads_failed_;
+  d.last_reload_unix_s = last_reload_unix_s_;
+  d.last_reload_ok = last_reload_ok_;
+  d.config_path = config_->path;
+  return d;
+}
+
+std::vector<PipelineSnapshot> App::pipelines() {
+  std::lock_guard lock(mu_);
+  std::vector<PipelineSnapshot> out;
+  for (auto& [name, r] : runners_) {
+    auto s = r->stats().snapshot();
+    s.name = name;
+    s.device = to_string(r->device());
+    s.source = redact_uri(r->spec().source.uri);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::optional<DecodedFrame> App::latest_frame(const std::string& pipeline) {
+  std::lock_guard lock(mu_);
+  const auto it = runners_.find(pipeline);
+  if (it == runners_.end()) return std::nullopt;
+  return it->second->latest_frame();
+}
+
+}  // namespace framefuse::daemon

@@ -1,0 +1,69 @@
+#pragma once
+//! The daemon's lifecycle: owns the immutable config snapshot, one PipelineRunner per pipeline and
+//! the HTTP server; handles signals (stop, reload); answers the HTTP layer's questions.
+//! Shutdown order is RAII: HTTP server first (no more readers), then runners (drain, flush sinks).
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "config/schema.hpp"
+#include "daemon/http/status_source.hpp"
+#include "daemon/notify.hpp"
+#include "pipeline/exec/device.hpp"
+#include "pipeline/runtime/pipeline_runner.hpp"
+
+namespace framefuse::daemon {
+
+//! Command-line values that win over the file (they survive reloads).
+struct Overrides {
+  std::optional<std::string> device, log_level;
+  std::optional<int> http_port;
+  bool no_http = false;
+};
+
+class App final : public StatusSource {
+ public:
+  App(config::DaemonConfig config, Overrides overrides);
+  ~App() override;
+
+  //! Starts pipelines and the HTTP server, then waits for signals (SIGINT/SIGTERM stop, SIGHUP
+  //! reloads) or for every finite pipeline to finish. The caller blocks those signals in all threads
+  //! before constructing the App. Returns the process exit status.
+  int run();
+
+  //! Re-reads the config file: a valid one is applied (unchanged pipelines untouched, changed ones
+  //! restarted, removed ones drained, new ones started); an invalid one is refused and the old one
+  //! keeps running. Returns whether it was applied.
+  bool reload();
+
+  DaemonSnapshot daemon() override;
+  std::vector<PipelineSnapshot> pipelines() override;
+  std::optional<DecodedFrame> latest_frame(const std::string& pipeline) override;
+  //! Bound HTTP port (0 when HTTP is off).
+  uint16_t http_port() const;
+
+ private:
+  void apply_overrides(config::DaemonConfig& c) const;
+  DeviceSpec device_for(const PipelineSpec& p) const;
+  void start_pipeline(const PipelineSpec& p);
+  bool all_done();
+  void log_progress();
+  void log_summary();
+  bool ready();
+
+  Overrides overrides_;
+  CudaProbe probe_;
+  Notifier notifier_;
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  mutable std::mutex mu_;   //!< guards config_, runners_ and reload counters against HTTP readers
+  std::shared_ptr<const config::DaemonConfig> config_;
+  std::map<std::string, std::unique_ptr<PipelineRunner>> runners_;
+  uint64_t reloads_ok_ = 0, reloads_failed_ = 0;
+  double last_reload_unix_s_ = 0;
+  bool last_reload_ok_ = true;
+  std::unique_ptr<class HttpServer> http_;
+};
+
+}  // namespace framefuse::daemon

@@ -1,0 +1,116 @@
+#include "daemon/http/routes.hpp"
+
+#include <optional>
+#include <spdlog/fmt/fmt.h>
+#include <spdlog/spdlog.h>
+
+#include "daemon/http/index_page.hpp"
+#include "daemon/metrics/prometheus.hpp"
+#include "daemon/metrics/status_json.hpp"
+#include "pipeline/preview/jpeg_encoder.hpp"
+#include "pipeline/util/redact.hpp"
+
+namespace framefuse::daemon {
+namespace {
+
+constexpr std::string_view kPreviewPrefix = "/preview/", kPreviewSuffix = ".jpg";
+
+HttpResponse text(int status, std::string body) { return {status, "text/plain; charset=utf-8", std::move(body), {}}; }
+
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+//! Path of a request target, query dropped and %XX decoded; nullopt for a broken escape.
+std::optional<std::string> decode_path(std::string_view target) {
+  target = target.substr(0, target.find_first_of("?#"));
+  std::string out;
+  out.reserve(target.size());
+  for (size_t i = 0; i < target.size(); ++i) {
+    if (target[i] != '%') {
+      out += target[i];
+      continue;
+    }
+    if (i + 2 >= target.size()) return std::nullopt;
+    const int hi = hex_digit(target[i + 1]), lo = hex_digit(target[i + 2]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return out;
+}
+
+}  // namespace
+
+bool Router::is_slow(std::string_view target) { return target.starts_with(kPreviewPrefix); }
+
+HttpResponse Router::handle(std::string_view method, std::string_view target) const {
+  if (method != "GET" && method != "HEAD") {
+    HttpResponse r = text(405, "only GET and HEAD are served\n");
+    r.headers.emplace_back("Allow", "GET, HEAD");
+    return r;
+  }
+  const auto path = decode_path(target);
+  if (!path) return text(400, "bad percent-encoding in the request target\n");
+  try {
+    return route(*path);
+  } catch (const std::exception& e) {
+    const std::string what = redact_uri(e.what());
+    spdlog::warn("http: {} failed: {}", redact_uri(*path), what);
+    return text(500, fmt::format("internal error: {}\n", what));
+  }
+}
+
+HttpResponse Router::route(std::string_view path) const {
+  if (path == "/metrics") {
+    const DaemonSnapshot d = source_.daemon();
+    const auto pipelines = source_.pipelines();
+    return {200, kPrometheusContentType, render_metrics(d, pipelines), {}};
+  }
+  if (path == "/status") {
+    const DaemonSnapshot d = source_.daemon();
+    const auto pipelines = source_.pipelines();
+    return {200, "application/json", render_status_json(d, pipelines), {}};
+  }
+  if (path == "/livez") return text(200, "ok\n");
+  if (path == "/readyz") return readyz();
+  if (path == "/") return {200, "text/html; charset=utf-8", std::string(index_page_html()), {}};
+  if (path.starts_with(kPreviewPrefix) && path.ends_with(kPreviewSuffix) &&
+      path.size() > kPreviewPrefix.size() + kPreviewSuffix.size()) {
+    return preview(std::string(path.substr(kPreviewPrefix.size(),
+                                           path.size() - kPreviewPrefix.size() - kPreviewSuffix.size())));
+  }
+  return text(404, "not found; try /, /metrics, /status, /livez, /readyz or /preview/<pipeline>.jpg\n");
+}
+
+HttpResponse Router::readyz() const {
+  if (source_.daemon().ready) return text(200, "ready\n");
+  std::string reason = "not ready";
+  for (const auto& p : source_.pipelines()) {
+    if (p.state != SourceState::Streaming && p.state != SourceState::Finished)
+      reason += fmt::format("; pipeline '{}' is {}", p.name, kSourceStateNames[static_cast<size_t>(p.state)]);
+  }
+  HttpResponse r = text(503, reason + "\n");
+  r.headers.emplace_back("Retry-After", "1");
+  return r;
+}
+
+HttpResponse Router::preview(const std::string& pipeline) const {
+  bool known = false;
+  for (const auto& p : source_.pipelines()) known = known || p.name == pipeline;
+  if (!known) return text(404, fmt::format("no pipeline named '{}'\n", pipeline));
+  if (!jpeg_encoder_available()) return text(501, "previews unavailable: this FFmpeg has no mjpeg encoder\n");
+  const auto frame = source_.latest_frame(pipeline);
+  if (!frame) {
+    HttpResponse r = text(503, fmt::format("pipeline '{}' has not decoded a frame yet\n", pipeline));
+    r.headers.emplace_back("Retry-After", "1");
+    return r;
+  }
+  const std::vector<uint8_t> jpeg = encode_jpeg(preview_rgb(*frame, kPreviewMaxWidth));
+  return {200, "image/jpeg", std::string(jpeg.begin(), jpeg.end()), {}};
+}
+
+}  // namespace framefuse::daemon

@@ -1,0 +1,126 @@
+#include "daemon/metrics/prometheus.hpp"
+
+#include <cmath>
+#include <initializer_list>
+#include <spdlog/fmt/fmt.h>
+#include <utility>
+
+#include "daemon/metrics/text_escape.hpp"
+
+namespace framefuse::daemon {
+namespace {
+
+using Label = std::pair<const char*, std::string_view>;
+
+//! Go's ParseFloat spelling of special values; shortest round-trip digits otherwise.
+std::string number(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  return fmt::format("{}", v);
+}
+std::string number(uint64_t v) { return fmt::format("{}", v); }
+std::string number(int64_t v) { return fmt::format("{}", v); }
+
+class Exposition {
+ public:
+  void family(const char* name, const char* type, const char* help) {
+    fmt::format_to(std::back_inserter(out_), "# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  }
+  template <class T>
+  void sample(std::string_view name, std::initializer_list<Label> labels, T value) {
+    out_ += name;
+    if (labels.size() > 0) {
+      char sep = '{';
+      for (const auto& [key, val] : labels) {
+        fmt::format_to(std::back_inserter(out_), "{}{}=\"{}\"", sep, key, prometheus_label_value(val));
+        sep = ',';
+      }
+      out_ += '}';
+    }
+    out_ += ' ';
+    out_ += number(value);
+    out_ += '\n';
+  }
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+void render_histogram(Exposition& e, std::span<const PipelineSnapshot> pipelines) {
+  constexpr const char* kName = "framefuse_decode_to_output_seconds";
+  e.family(kName, "histogram", "Time from a frame leaving the decoder to its outputs being written.");
+  for (const auto& p : pipelines) {
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i < kLatencyBuckets.size(); ++i) {
+      cumulative += p.latency_counts[i];
+      e.sample(fmt::format("{}_bucket", kName), {{"pipeline", p.name}, {"le", number(kLatencyBuckets[i])}},
+               cumulative);
+    }
+    cumulative += p.latency_counts.back();
+    e.sample(fmt::format("{}_bucket", kName), {{"pipeline", p.name}, {"le", "+Inf"}}, cumulative);
+    e.sample(fmt::format("{}_sum", kName), {{"pipeline", p.name}}, p.latency_sum_s);
+    e.sample(fmt::format("{}_count", kName), {{"pipeline", p.name}}, cumulative);
+  }
+}
+
+}  // namespace
+
+std::string render_metrics(const DaemonSnapshot& d, std::span<const PipelineSnapshot> pipelines) {
+  Exposition e;
+  e.family("framefuse_build_info", "gauge", "Build of the running framefused; the value is always 1.");
+  e.sample("framefuse_build_info", {{"version", d.version}}, uint64_t{1});
+  e.family("framefuse_uptime_seconds", "gauge", "Seconds since the daemon started.");
+  e.sample("framefuse_uptime_seconds", {}, d.uptime_s);
+  e.family("framefuse_ready", "gauge", "1 when the daemon reports ready (as /readyz), else 0.");
+  e.sample("framefuse_ready", {}, uint64_t{d.ready});
+  e.family("framefuse_config_reloads_total", "counter", "Configuration reloads by result.");
+  e.sample("framefuse_config_reloads_total", {{"result", "success"}}, d.reloads_ok);
+  e.sample("framefuse_config_reloads_total", {{"result", "failure"}}, d.reloads_failed);
+  e.family("framefuse_config_last_reload_success", "gauge", "1 when the last configuration (re)load was applied.");
+  e.sample("framefuse_config_last_reload_success", {}, uint64_t{d.last_reload_ok});
+  e.family("framefuse_config_last_reload_timestamp_seconds", "gauge",
+           "Unix time of the last configuration (re)load attempt.");
+  e.sample("framefuse_config_last_reload_timestamp_seconds", {}, d.last_reload_unix_s);
+
+  // One family per block: the exposition format wants a family's samples together.
+  const auto per_pipeline = [&](const char* name, const char* type, const char* help, auto value) {
+    e.family(name, type, help);
+    for (const auto& p : pipelines) e.sample(name, {{"pipeline", p.name}}, value(p));
+  };
+  per_pipeline("framefuse_frames_decoded_total", "counter", "Frames decoded from the source.",
+               [](const PipelineSnapshot& p) { return p.frames_decoded; });
+  per_pipeline("framefuse_frames_processed_total", "counter", "Frames run through every output and handed to the sink.",
+               [](const PipelineSnapshot& p) { return p.frames_processed; });
+
+  e.family("framefuse_frames_dropped_total", "counter", "Frames dropped, by reason.");
+  for (const auto& p : pipelines)
+    for (size_t r = 0; r < kDropReasonNames.size(); ++r)
+      e.sample("framefuse_frames_dropped_total", {{"pipeline", p.name}, {"reason", kDropReasonNames[r]}}, p.dropped[r]);
+
+  per_pipeline("framefuse_decode_errors_total", "counter", "Packets or frames the decoder rejected.",
+               [](const PipelineSnapshot& p) { return p.decode_errors; });
+  per_pipeline("framefuse_source_reconnects_total", "counter", "Times the source was reopened after a failure or stall.",
+               [](const PipelineSnapshot& p) { return p.reconnects; });
+
+  e.family("framefuse_source_state", "gauge", "Source state: 1 for the current state, 0 for the others.");
+  for (const auto& p : pipelines)
+    for (size_t s = 0; s < kSourceStateNames.size(); ++s)
+      e.sample("framefuse_source_state", {{"pipeline", p.name}, {"state", kSourceStateNames[s]}},
+               uint64_t{static_cast<size_t>(p.state) == s});
+
+  per_pipeline("framefuse_queue_depth", "gauge", "Decoded frames waiting to be processed.",
+               [](const PipelineSnapshot& p) { return p.queue_depth; });
+
+  e.family("framefuse_last_frame_age_seconds", "gauge",
+           "Seconds since the last decoded frame; absent before the first frame.");
+  for (const auto& p : pipelines)
+    if (p.last_frame_age_s >= 0) e.sample("framefuse_last_frame_age_seconds", {{"pipeline", p.name}}, p.last_frame_age_s);
+
+  per_pipeline("framefuse_frames_per_second", "gauge", "Processed frames per second over the last interval.",
+               [](const PipelineSnapshot& p) { return p.fps; });
+  render_histogram(e, pipelines);
+  return e.take();
+}
+
+}  // namespace framefuse::daemon

@@ -1,0 +1,48 @@
+#include "daemon/metrics/status_json.hpp"
+
+#include <spdlog/fmt/fmt.h>
+
+#include "daemon/metrics/text_escape.hpp"
+#include "pipeline/util/redact.hpp"
+
+namespace framefuse::daemon {
+namespace {
+
+void append_pipeline(std::string& out, const PipelineSnapshot& p) {
+  const auto o = std::back_inserter(out);
+  fmt::format_to(o, R"({{"name":{},"device":{},"source":{},"state":{},)", json_string(p.name),
+                 json_string(p.device), json_string(redact_uri(p.source)),
+                 json_string(kSourceStateNames[static_cast<size_t>(p.state)]));
+  fmt::format_to(o, R"("frames_decoded":{},"frames_processed":{},"decode_errors":{},"reconnects":{},)",
+                 p.frames_decoded, p.frames_processed, p.decode_errors, p.reconnects);
+  out += R"("dropped":{)";
+  for (size_t r = 0; r < kDropReasonNames.size(); ++r)
+    fmt::format_to(o, "{}{}:{}", r ? "," : "", json_string(kDropReasonNames[r]), p.dropped[r]);
+  uint64_t count = 0;
+  for (const uint64_t c : p.latency_counts) count += c;
+  fmt::format_to(o, R"(}},"queue_depth":{},"last_frame_age_s":{},"fps":{},)", p.queue_depth,
+                 p.last_frame_age_s < 0 ? "null" : json_number(p.last_frame_age_s), json_number(p.fps));
+  fmt::format_to(o, R"("latency":{{"count":{},"sum_s":{},"mean_s":{}}},)", count, json_number(p.latency_sum_s),
+                 count ? json_number(p.latency_sum_s / double(count)) : "null");
+  fmt::format_to(o, R"("frame":{},"last_error":{}}})", json_string(p.frame), json_string(redact_uri(p.last_error)));
+}
+
+}  // namespace
+
+std::string render_status_json(const DaemonSnapshot& d, std::span<const PipelineSnapshot> pipelines) {
+  std::string out;
+  const auto o = std::back_inserter(out);
+  fmt::format_to(o, R"({{"version":{},"uptime_s":{},"ready":{},"device":{},)", json_string(d.version),
+                 json_number(d.uptime_s), d.ready, json_string(d.device));
+  fmt::format_to(o, R"("config":{{"path":{},"reloads_ok":{},"reloads_failed":{},"last_reload_unix_s":{},)",
+                 json_string(d.config_path), d.reloads_ok, d.reloads_failed, json_number(d.last_reload_unix_s));
+  fmt::format_to(o, R"("last_reload_ok":{}}},"pipelines":[)", d.last_reload_ok);
+  for (size_t i = 0; i < pipelines.size(); ++i) {
+    if (i) out += ',';
+    append_pipeline(out, pipelines[i]);
+  }
+  out += "]}\n";
+  return out;
+}
+
+}  // namespace framefuse::daemon

@@ -1,0 +1,405 @@
+#include "pipeline/decode/video_source.hpp"
+
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <tuple>
+#include <spdlog/fmt/fmt.h>
+
+#include "pipeline/error.hpp"
+#include "pipeline/util/redact.hpp"
+
+extern "C" {
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+#include <libavutil/pixdesc.h>
+#include <libswscale/swscale.h>
+}
+
+namespace framefuse {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
+
+std::string av_error(int err) {
+  char buf[AV_ERROR_MAX_STRING_SIZE] = {};
+  av_strerror(err, buf, sizeof buf);
+  return buf;
+}
+
+struct FormatClose {
+  void operator()(AVFormatContext* c) const { avformat_close_input(&c); }
+};
+struct CodecFree {
+  void operator()(AVCodecContext* c) const { avcodec_free_context(&c); }
+};
+struct FrameFree {
+  void operator()(AVFrame* f) const { av_frame_free(&f); }
+};
+struct PacketFree {
+  void operator()(AVPacket* p) const { av_packet_free(&p); }
+};
+struct SwsFree {
+  void operator()(SwsContext* s) const { sws_freeContext(s); }
+};
+using FramePtr = std::unique_ptr<AVFrame, FrameFree>;
+
+//! Formats the ops read in place; others are converted (see conversion_target).
+std::optional<ops::PixelFormat> direct_format(AVPixelFormat f) {
+  switch (f) {
+    case AV_PIX_FMT_YUV420P:
+    case AV_PIX_FMT_YUVJ420P: return ops::PixelFormat::Yuv420p;
+    case AV_PIX_FMT_NV12: return ops::PixelFormat::Nv12;
+    case AV_PIX_FMT_P010LE: return ops::PixelFormat::P010;
+    case AV_PIX_FMT_RGB24: return ops::PixelFormat::Rgb24;
+    case AV_PIX_FMT_BGR24: return ops::PixelFormat::Bgr24;
+    default: return std::nullopt;
+  }
+}
+
+//! Deep 4:2:0 YUV keeps its colour path in the ops as P010; everything else becomes RGB24.
+AVPixelFormat conversion_target(AVPixelFormat f) {
+  const AVPixFmtDescriptor* d = av_pix_fmt_desc_get(f);
+  const bool yuv420_deep = d && !(d->flags & AV_PIX_FMT_FLAG_RGB) && d->nb_components >= 3 &&
+                           d->log2_chroma_w == 1 && d->log2_chroma_h == 1 && d->comp[0].depth > 8;
+  return yuv420_deep ? AV_PIX_FMT_P010LE : AV_PIX_FMT_RGB24;
+}
+
+//! Unspecified (or unsupported) matrices follow the usual convention: HD is BT.709, SD is BT.601.
+ops::ColorMatrix map_matrix(AVColorSpace cs, int height) {
+  switch (cs) {
+    case AVCOL_SPC_BT709: return ops::ColorMatrix::Bt709;
+    case AVCOL_SPC_BT470BG:
+    case AVCOL_SPC_SMPTE170M:
+    case AVCOL_SPC_FCC: return ops::ColorMatrix::Bt601;
+    default: return height >= 720 ? ops::ColorMatrix::Bt709 : ops::ColorMatrix::Bt601;
+  }
+}
+
+ops::ColorRange map_range(AVColorRange r, AVPixelFormat f) {
+  return r == AVCOL_RANGE_JPEG || f == AV_PIX_FMT_YUVJ420P ? ops::ColorRange::Full : ops::ColorRange::Limited;
+}
+
+//! TOP/BOTTOM/BOTTOMLEFT have no ops equivalent and are rare; they read as the H.264 default.
+ops::ChromaLocation map_chroma_location(AVChromaLocation l) {
+  switch (l) {
+    case AVCHROMA_LOC_CENTER: return ops::ChromaLocation::Center;
+    case AVCHROMA_LOC_TOPLEFT: return ops::ChromaLocation::TopLeft;
+    default: return ops::ChromaLocation::Left;
+  }
+}
+
+}  // namespace
+
+struct VideoSource::Impl {
+  SourceSpec spec;
+  int decoder_threads;
+  std::string context;   //!< "pipeline 'x': source '<redacted uri>'"
+
+  std::unique_ptr<AVFormatContext, FormatClose> format;
+  std::unique_ptr<AVCodecContext, CodecFree> codec;
+  std::unique_ptr<AVPacket, PacketFree> packet{av_packet_alloc()};
+  FramePtr frame{av_frame_alloc()};
+  int stream_index = -1;
+  double time_base = 0;
+  double fps = 0;
+  FrameInfo info;
+  std::atomic<uint64_t> errors{0};
+
+  // Conversion of formats the ops do not read; rebuilt when the key changes.
+  std::unique_ptr<SwsContext, SwsFree> sws;
+  std::tuple<int, int, int, ops::ColorMatrix, ops::ColorRange> sws_key{-1, 0, 0, {}, {}};
+
+  // Interruption: a sticky flag plus a deadline re-armed per open/read (0 = none).
+  std::atomic<bool> interrupted{false};
+  std::atomic<int64_t> deadline_ns{0};
+  std::atomic<bool> deadline_hit{false};
+  std::mutex sleep_mu;
+  std::condition_variable sleep_cv;
+
+  // Reading state. pts_seconds stays continuous across loops: each restart adds the pass length.
+  int64_t next_index = 0;
+  int64_t frames_this_pass = 0;
+  bool input_eof = false;
+  double loop_offset = 0;
+  double pass_first_pts = NAN, last_pts = NAN, last_step = 0;
+  // Realtime pacing: frame with pts `pace_pts` is due at `pace_wall`.
+  bool paced = false;
+  Clock::time_point pace_wall{};
+  double pace_pts = 0;
+
+  Impl(SourceSpec s, const std::string& pipeline, int threads)
+      : spec(std::move(s)), decoder_threads(threads),
+        context(fmt::format("pipeline '{}': source '{}'", pipeline, redact_uri(spec.uri))) {}
+
+  [[noreturn]] void fail(std::string_view reason) const { throw MediaError(fmt::format("{}: {}", context, reason)); }
+
+  bool rtsp() const { return spec.kind == SourceKind::Rtsp; }
+
+  static int interrupt_cb(void* opaque) {
+    auto* self = static_cast<Impl*>(opaque);
+    if (self->interrupted.load(std::memory_order_relaxed)) return 1;
+    const int64_t d = self->deadline_ns.load(std::memory_order_relaxed);
+    if (d != 0 && now_ns() > d) {
+      self->deadline_hit.store(true, std::memory_order_relaxed);
+      return 1;
+    }
+    return 0;
+  }
+
+  template <class Duration>
+  void arm_deadline(Duration timeout) {
+    deadline_hit = false;
+    deadline_ns = rtsp() ? now_ns() + std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count() : 0;
+  }
+
+  //! Why an FFmpeg call failed during open(): interruption, our deadline, or the error code.
+  std::string open_reason(int err) const {
+    if (interrupted) return "interrupted";
+    if (deadline_hit)
+      return fmt::format("timed out after {} ms",
+                         std::chrono::duration_cast<std::chrono::milliseconds>(spec.socket_timeout).count());
+    if (!rtsp() && (err == AVERROR_INVALIDDATA || err == AVERROR_EOF))
+      return fmt::format("not a media file ({})", av_error(err));
+    return av_error(err);
+  }
+
+  void open() {
+    if (format) fail("already open");
+    arm_deadline(spec.socket_timeout);
+    AVFormatContext* ctx = avformat_alloc_context();
+    if (!ctx) fail("out of memory");
+    ctx->interrupt_callback = {&Impl::interrupt_cb, this};
+    AVDictionary* opts = nullptr;
+    if (rtsp()) {
+      av_dict_set(&opts, "rtsp_transport", spec.transport == RtspTransport::Tcp ? "tcp" : "udp", 0);
+      av_dict_set_int(&opts, "timeout", spec.socket_timeout.count(), 0);   // µs; FFmpeg >= 5 name
+    }
+    int err = avformat_open_input(&ctx, spec.uri.c_str(), nullptr, &opts);   // frees ctx on failure
+    av_dict_free(&opts);
+    if (err < 0) fail(open_reason(err));
+    format.reset(ctx);
+    if ((err = avformat_find_stream_info(ctx, nullptr)) < 0) fail(open_reason(err));
+    stream_index = av_find_best_stream(ctx, AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
+    if (stream_index < 0) fail("no video stream");
+    const AVStream* st = ctx->streams[stream_index];
+    open_decoder(*st);
+    time_base = av_q2d(st->time_base);
+    fps = st->avg_frame_rate.num > 0 && st->avg_frame_rate.den > 0 ? av_q2d(st->avg_frame_rate) : 0;
+    deadline_ns = 0;
+  }
+
+  //! The one place a decoder is chosen and opened (a hardware variant extends this).
+  void open_decoder(const AVStream& st) {
+    const AVCodec* dec = avcodec_find_decoder(st.codecpar->codec_id);
+    if (!dec) fail(fmt::format("no decoder for codec '{}'", avcodec_get_name(st.codecpar->codec_id)));
+    codec.reset(avcodec_alloc_context3(dec));
+    if (!codec) fail("out of memory");
+    int err = avcodec_parameters_to_context(codec.get(), st.codecpar);
+    if (err < 0) fail(fmt::format("decoder parameters: {}", av_error(err)));
+    codec->pkt_timebase = st.time_base;
+    codec->thread_count = decoder_threads;
+    // Frame threads hold frames back (one per thread); live sources prefer slice threads.
+    if (rtsp()) codec->thread_type = FF_THREAD_SLICE;
+    if ((err = avcodec_open2(codec.get(), dec, nullptr)) < 0)
+      fail(fmt::format("cannot open the {} decoder ({})", dec->name, av_error(err)));
+  }
+
+  //! ffplay's rule: formats with discontinuous timestamps (MPEG-TS/PS) restart at byte 0, where a
+  //! timestamp seek lands on a later GOP; so do formats that cannot seek by time (raw H.264).
+  int seek_to_start() {
+    const AVInputFormat* f = format->iformat;
+    const bool by_bytes = (f->flags & AVFMT_TS_DISCONT) && std::strcmp(f->name, "ogg") != 0;
+    int err = AVERROR(ENOSYS);
+    if (!by_bytes) {
+      const AVStream* st = format->streams[stream_index];
+      err = av_seek_frame(format.get(), stream_index, st->start_time != AV_NOPTS_VALUE ? st->start_time : 0,
+                          AVSEEK_FLAG_BACKWARD);
+    }
+    if (err < 0 && !(f->flags & AVFMT_NO_BYTE_SEEK)) err = av_seek_frame(format.get(), stream_index, 0, AVSEEK_FLAG_BYTE);
+    return err;
+  }
+
+  //! Called when the decoder is drained at the end of the input. True: keep reading (looped).
+  bool restart_at_end() {
+    if (interrupted) return false;
+    if (rtsp()) fail("stream ended by the server");
+    if (!spec.loop) return false;
+    if (frames_this_pass == 0) fail("loop: no frame could be decoded in a whole pass");
+    const int err = seek_to_start();
+    if (err < 0) fail(fmt::format("cannot seek back to the start to loop ({})", av_error(err)));
+    avcodec_flush_buffers(codec.get());
+    loop_offset += last_pts - pass_first_pts + last_step;
+    pass_first_pts = last_pts = NAN;
+    frames_this_pass = 0;
+    input_eof = false;
+    return true;
+  }
+
+  //! Receives decoded frames into `frame` until one is there (true) or the stream ends (false).
+  bool decode_next() {
+    for (;;) {
+      int err = avcodec_receive_frame(codec.get(), frame.get());
+      if (err == 0) return true;
+      if (err == AVERROR_EOF) {
+        if (!restart_at_end()) return false;
+        continue;
+      }
+      if (err != AVERROR(EAGAIN)) {   // a frame the decoder rejected: count, go on
+        errors.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      if (input_eof) fail("decoder wants input after the end of the stream");
+      err = av_read_frame(format.get(), packet.get());
+      if (err == AVERROR_EOF || (err < 0 && !rtsp() && format->pb && avio_feof(format->pb))) {
+        input_eof = true;
+        avcodec_send_packet(codec.get(), nullptr);   // drain
+        continue;
+      }
+      if (err < 0) {
+        if (interrupted) return false;
+        if (deadline_hit)
+          fail(fmt::format("no frame for {} ms (stalled)", spec.stall_timeout.count()));
+        fail(fmt::format("read failed ({})", av_error(err)));
+      }
+      if (packet->stream_index == stream_index) {
+        err = avcodec_send_packet(codec.get(), packet.get());
+        if (err < 0 && err != AVERROR(EAGAIN)) errors.fetch_add(1, std::memory_order_relaxed);
+      }
+      av_packet_unref(packet.get());
+    }
+  }
+
+  //! Stream time of the received frame in seconds, continuous across loops.
+  double frame_pts() {
+    const int64_t ts = frame->best_effort_timestamp;
+    const double step = last_step > 0 ? last_step : (fps > 0 ? 1 / fps : 0);
+    const double raw = ts != AV_NOPTS_VALUE ? ts * time_base : (std::isnan(last_pts) ? 0 : last_pts + step);
+    if (std::isnan(pass_first_pts)) {
+      pass_first_pts = raw;
+    } else if (raw > last_pts) {
+      last_step = raw - last_pts;
+    }
+    last_pts = raw;
+    return raw + loop_offset;
+  }
+
+  //! Sleeps until the frame at `pts` is due; false if interrupted meanwhile.
+  bool pace(double pts) {
+    const auto now = Clock::now();
+    if (!paced || pts < pace_pts) {   // first frame, or time went backwards: re-anchor
+      paced = true;
+      pace_wall = now;
+      pace_pts = pts;
+      return !interrupted;
+    }
+    const auto due = pace_wall + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(pts - pace_pts));
+    std::unique_lock lock(sleep_mu);
+    return !sleep_cv.wait_until(lock, due, [&] { return interrupted.load(); });
+  }
+
+  //! Wraps the received frame: its own reference when the ops read the format, else a conversion.
+  DecodedFrame wrap() {
+    const auto pix = static_cast<AVPixelFormat>(frame->format);
+    info.width = frame->width;
+    info.height = frame->height;
+    info.matrix = map_matrix(frame->colorspace, frame->height);
+    info.range = map_range(frame->color_range, pix);
+    info.chroma_location = map_chroma_location(frame->chroma_location);
+    FramePtr out(av_frame_alloc());
+    if (!out) fail("out of memory");
+    if (const auto direct = direct_format(pix)) {
+      info.format = *direct;
+      av_frame_move_ref(out.get(), frame.get());
+    } else {
+      convert(pix, *out);
+      av_frame_unref(frame.get());
+    }
+    DecodedFrame d;
+    d.info = info;
+    d.view.width = info.width;
+    d.view.height = info.height;
+    d.view.format = info.format;
+    for (int i = 0; i < 3; ++i) {
+      const bool used = i < ops::plane_count(info.format);
+      d.view.data[i] = used ? out->data[i] : nullptr;
+      d.view.pitch[i] = used ? out->linesize[i] : 0;
+    }
+    AVFrame* raw = out.release();
+    d.owner = std::shared_ptr<const AVFrame>(raw, [](const AVFrame* f) {
+      auto* p = const_cast<AVFrame*>(f);
+      av_frame_free(&p);
+    });
+    return d;
+  }
+
+  void convert(AVPixelFormat pix, AVFrame& out) {
+    const AVPixelFormat target = conversion_target(pix);
+    const int w = frame->width, h = frame->height;
+    const auto key = std::make_tuple(int(pix), w, h, info.matrix, info.range);
+    if (!sws || key != sws_key) {
+      sws.reset(sws_getContext(w, h, pix, w, h, target, SWS_BILINEAR | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT,
+                               nullptr, nullptr, nullptr));
+      if (!sws)
+        fail(fmt::format("cannot convert {} frames to {}", av_get_pix_fmt_name(pix), av_get_pix_fmt_name(target)));
+      const int* coeffs = sws_getCoefficients(info.matrix == ops::ColorMatrix::Bt709 ? SWS_CS_ITU709 : SWS_CS_ITU601);
+      const int src_full = info.range == ops::ColorRange::Full;
+      const int dst_full = target == AV_PIX_FMT_RGB24 ? 1 : src_full;
+      sws_setColorspaceDetails(sws.get(), coeffs, src_full, coeffs, dst_full, 0, 1 << 16, 1 << 16);
+      sws_key = key;
+    }
+    out.format = target;
+    out.width = w;
+    out.height = h;
+    int err = av_frame_get_buffer(&out, 0);
+    if (err < 0) fail(fmt::format("conversion buffer: {}", av_error(err)));
+    err = sws_scale(sws.get(), frame->data, frame->linesize, 0, h, out.data, out.linesize);
+    if (err < 0) fail(fmt::format("converting {} frame: {}", av_get_pix_fmt_name(pix), av_error(err)));
+    info.format = target == AV_PIX_FMT_P010LE ? ops::PixelFormat::P010 : ops::PixelFormat::Rgb24;
+  }
+
+  std::optional<DecodedFrame> read() {
+    if (!codec) fail("read before open");
+    if (interrupted) return std::nullopt;
+    if (spec.max_frames >= 0 && next_index >= spec.max_frames) return std::nullopt;
+    arm_deadline(spec.stall_timeout);
+    if (!decode_next()) return std::nullopt;
+    deadline_ns = 0;
+    const double pts = frame_pts();
+    ++frames_this_pass;
+    DecodedFrame d = wrap();
+    d.index = next_index++;
+    d.pts_seconds = pts;
+    if (spec.realtime && !pace(pts)) return std::nullopt;
+    d.decoded_at = Clock::now();
+    return d;
+  }
+};
+
+VideoSource::VideoSource(SourceSpec spec, std::string pipeline_name, int decoder_threads)
+    : impl_(std::make_unique<Impl>(std::move(spec), pipeline_name, decoder_threads)) {}
+
+VideoSource::~VideoSource() = default;
+
+void VideoSource::open() { impl_->open(); }
+
+std::optional<DecodedFrame> VideoSource::read() { return impl_->read(); }
+
+void VideoSource::interrupt() {
+  impl_->interrupted = true;
+  { std::lock_guard lock(impl_->sleep_mu); }   // a pacing wait sees the flag before it sleeps again
+  impl_->sleep_cv.notify_all();
+}
+
+double VideoSource::frame_rate() const { return impl_->fps; }
+
+FrameInfo VideoSource::frame_info() const { return impl_->info; }
+
+uint64_t VideoSource::decode_errors() const { return impl_->errors.load(std::memory_order_relaxed); }
+
+}  // namespace framefuse

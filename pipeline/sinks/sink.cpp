@@ -1,0 +1,26 @@
+#include "pipeline/sinks/sink.hpp"
+
+#include "pipeline/sinks/npy_sink.hpp"
+
+namespace framefuse {
+namespace {
+
+//! Discards outputs (benchmarks measure the pipeline without storage).
+class NullSink final : public Sink {
+ public:
+  void write(int64_t, std::span<const std::byte* const>) override {}
+  void flush() override {}
+};
+
+}  // namespace
+
+std::unique_ptr<Sink> make_sink(const SinkSpec& spec, std::span<const OutputPlan> plans, const std::string& pipeline) {
+  switch (spec.kind) {
+    case SinkKind::Null: return std::make_unique<NullSink>();
+    case SinkKind::Npy: break;
+  }
+  return std::make_unique<NpySink>(spec.directory, std::vector<OutputPlan>(plans.begin(), plans.end()),
+                                   spec.frames_per_file, pipeline);
+}
+
+}  // namespace framefuse

@@ -1,0 +1,35 @@
+#pragma once
+//! Where a pipeline's output tensors go. A sink is driven by one thread (the pipeline's process
+//! thread): write() per frame in frame order, flush() when the pipeline stops.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+
+#include "pipeline/fused/plan.hpp"
+#include "pipeline/spec.hpp"
+
+namespace framefuse {
+
+//! A sink that cannot store what it was given (cannot create a folder, disk full); names the path.
+struct SinkError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class Sink {
+ public:
+  virtual ~Sink() = default;
+  //! One frame: outputs[k] points at output k's tensor, plans[k].bytes_per_frame bytes, host memory
+  //! that only has to stay valid during the call. Throws SinkError.
+  virtual void write(int64_t frame_index, std::span<const std::byte* const> outputs) = 0;
+  //! Completes everything written so far (partial stacked files are finished). Throws SinkError.
+  virtual void flush() = 0;
+};
+
+//! The sink `spec` asks for, for outputs planned as `plans` (copied). Throws ConfigError naming
+//! `pipeline` for specs no sink can honour, SinkError when the output folders cannot be created.
+std::unique_ptr<Sink> make_sink(const SinkSpec& spec, std::span<const OutputPlan> plans, const std::string& pipeline);
+
+}  // namespace framefuse

@@ -1,0 +1,112 @@
+#include "tests/gpu/gpu_support.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace framefuse::test {
+
+DeviceImage upload(const HostImage& img) {
+  DeviceImage d;
+  d.view = img.view();
+  for (int i = 0; i < ops::plane_count(img.format); ++i) {
+    const auto s = ops::plane_shape(img.format, img.width, img.height, i);
+    const int32_t pitch = (img.pitch[i] + 255) / 256 * 256 + 256;
+    d.planes.push_back(cuda::alloc_device(size_t(pitch) * s.rows));
+    cuda::check(cudaMemcpy2D(d.planes.back().as(), pitch, img.planes[i].data(), img.pitch[i], s.row_bytes, s.rows,
+                             cudaMemcpyHostToDevice),
+                "upload test frame");
+    d.view.data[i] = d.planes.back().as<const uint8_t>();
+    d.view.pitch[i] = pitch;
+  }
+  return d;
+}
+
+DeviceOutputs::DeviceOutputs(std::span<const OutputPlan> plans, int batch) {
+  for (const auto& p : plans) {
+    bufs_.push_back(cuda::alloc_device(p.bytes_per_frame * batch));
+    ptrs_.push_back(bufs_.back().as());
+  }
+}
+
+void DeviceOutputs::poison(uint8_t byte) {
+  for (auto& b : bufs_) cuda::check(cudaMemset(b.as(), byte, b.size()), "poison outputs");
+  cuda::check(cudaDeviceSynchronize(), "poison outputs");
+}
+
+std::vector<std::vector<std::byte>> DeviceOutputs::download() const {
+  std::vector<std::vector<std::byte>> out;
+  for (const auto& b : bufs_) {
+    out.emplace_back(b.size());
+    cuda::check(cudaMemcpy(out.back().data(), b.as(), b.size(), cudaMemcpyDeviceToHost), "download outputs");
+  }
+  return out;
+}
+
+namespace {
+
+//! Distance in representable halves between two finite IEEE half values (sign-aware).
+int half_ulps(uint16_t a, uint16_t b) {
+  const auto ordered = [](uint16_t h) { return (h & 0x8000u) ? -int(h & 0x7fffu) : int(h); };
+  return std::abs(ordered(a) - ordered(b));
+}
+
+bool half_finite(uint16_t h) { return (h & 0x7c00u) != 0x7c00u; }
+
+}  // namespace
+
+::testing::AssertionResult same_bytes(std::span<const std::byte> a, std::span<const std::byte> b) {
+  if (a.size() != b.size()) return ::testing::AssertionFailure() << "sizes " << a.size() << " != " << b.size();
+  size_t first = a.size(), count = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] != b[i]) {
+      first = std::min(first, i);
+      ++count;
+    }
+  }
+  if (count > 0) return ::testing::AssertionFailure() << count << " bytes differ, first at byte " << first;
+  return ::testing::AssertionSuccess();
+}
+
+::testing::AssertionResult matches_cpu(std::span<const std::byte> got, std::span<const std::byte> ref,
+                                       ops::DType dtype) {
+  if (got.size() != ref.size())
+    return ::testing::AssertionFailure() << "size " << got.size() << " != reference size " << ref.size();
+  if (dtype == ops::DType::F16) {
+    const size_t n = got.size() / 2;
+    size_t worst_i = 0, non_finite = 0;
+    int worst = 0;
+    for (size_t i = 0; i < n; ++i) {
+      uint16_t a, b;
+      std::memcpy(&a, got.data() + 2 * i, 2);
+      std::memcpy(&b, ref.data() + 2 * i, 2);
+      if (!half_finite(a) || !half_finite(b)) {
+        ++non_finite;
+        continue;
+      }
+      const int d = half_ulps(a, b);
+      if (d > worst) worst = d, worst_i = i;
+    }
+    if (non_finite > 0 || worst > 1)
+      return ::testing::AssertionFailure() << "f16: " << non_finite << " non-finite of " << n << ", worst "
+                                           << worst << " ulp at element " << worst_i;
+    return ::testing::AssertionSuccess() << "f16 within " << worst << " ulp";
+  }
+  const auto a = to_double(got, dtype), b = to_double(ref, dtype);
+  double ref_max = 0;
+  for (const double v : b) ref_max = std::max(ref_max, std::isfinite(v) ? std::abs(v) : 0.0);
+  const Diff d = compare(a, b, std::max(ref_max, 1e-30));
+  if (dtype == ops::DType::U8) {
+    if (d.max_abs > 1 || double(d.differing) > 1e-3 * double(d.count))
+      return ::testing::AssertionFailure() << "u8: max diff " << d.max_abs << " LSB, " << d.differing << " of "
+                                           << d.count << " differ";
+    return ::testing::AssertionSuccess() << "u8: " << d.differing << " of " << d.count << " differ by 1";
+  }
+  if (d.non_finite > 0 || d.max_rel > 1e-5)
+    return ::testing::AssertionFailure() << "f32: " << d.non_finite << " non-finite of " << d.count
+                                         << ", max |diff| " << d.max_abs << " = " << d.max_rel
+                                         << " of max |ref| " << ref_max;
+  return ::testing::AssertionSuccess() << "f32: max |diff| " << d.max_abs;
+}
+
+}  // namespace framefuse::test

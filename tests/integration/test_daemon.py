@@ -1,0 +1,272 @@
+"""End-to-end tests of the framefused binary: real clips decoded by FFmpeg, tensors read back
+with numpy, bad input rejected with one clear line, signals handled."""
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import unittest
+from pathlib import Path
+
+import numpy as np
+
+FRAMEFUSED = os.environ.get("FRAMEFUSED", "build/daemon/framefused")
+
+
+def run(*args, timeout=120, **kw):
+    return subprocess.run([FRAMEFUSED, *args], capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def make_clip(path, size="320x240", frames=20, rate=30):
+    """A deterministic H.264 clip with motion (ffmpeg lavfi testsrc2)."""
+    subprocess.run(["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", f"testsrc2=size={size}:rate={rate}",
+                    "-frames:v", str(frames), "-c:v", "libx264", "-threads", "1", "-pix_fmt", "yuv420p", str(path)],
+                   check=True)
+
+
+class DaemonTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.dir = Path(cls.tmp.name)
+        cls.clip = cls.dir / "clip.mp4"
+        make_clip(cls.clip)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def write_config(self, name, body):
+        path = self.dir / name
+        path.write_text(textwrap.dedent(body))
+        return path
+
+    def pipeline_config(self, name, out, extra_source="", outputs=None):
+        outputs = outputs or """
+              - name: cls
+                resize: {shorter_side: 64}
+                center_crop: [56, 56]
+                mean: [0.485, 0.456, 0.406]
+                std: [0.229, 0.224, 0.225]
+              - name: det
+                resize: {width: 96, height: 96}
+                aspect: letterbox
+                dtype: float16
+              - name: thumb
+                resize: {width: 80, height: 60}
+                layout: hwc
+                dtype: uint8
+                scale: 1
+        """
+        return self.write_config(name, f"""
+        http: {{enabled: false}}
+        pipelines:
+          - name: cam
+            source: {{uri: clip.mp4{extra_source}}}
+            outputs:{textwrap.indent(textwrap.dedent(outputs), '    ')}
+            sink: {{type: npy, directory: {out}}}
+        """)
+
+    def test_help_and_version(self):
+        r = run("--help")
+        self.assertEqual(r.returncode, 0)
+        self.assertIn("check-config", r.stdout)
+        r = run("--version")
+        self.assertEqual(r.returncode, 0)
+        self.assertRegex(r.stdout, r"framefused \d+\.\d+\.\d+")
+
+    def test_run_writes_numpy_tensors(self):
+        out = self.dir / "out_run"
+        cfg = self.pipeline_config("run.yaml", out)
+        r = run("run", "--config", str(cfg), "--device", "cpu")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stderr, r"summary 'cam': 20 frames decoded, 20 processed, 0 dropped")
+        expect = {"cls": ((3, 56, 56), np.float32), "det": ((3, 96, 96), np.float16), "thumb": ((60, 80, 3), np.uint8)}
+        for name, (shape, dtype) in expect.items():
+            files = sorted((out / name).glob("*.npy"))
+            self.assertEqual(len(files), 20, name)
+            a = np.load(files[5])
+            self.assertEqual(a.shape, shape, name)
+            self.assertEqual(a.dtype, dtype, name)
+            self.assertTrue(np.isfinite(a.astype(np.float64)).all(), name)
+            self.assertGreater(float(a.astype(np.float64).std()), 0.01, f"{name} is flat")
+        # letterbox of a 4:3 frame into a square: top and bottom rows are the pad value 114/255
+        det = np.load(sorted((out / "det").glob("*.npy"))[0]).astype(np.float32)
+        np.testing.assert_allclose(det[:, 0, :], 114 / 255, atol=1e-3)
+        np.testing.assert_allclose(det[:, -1, :], 114 / 255, atol=1e-3)
+
+    def test_frames_per_file_stacks(self):
+        out = self.dir / "out_stack"
+        cfg = self.write_config("stack.yaml", f"""
+        http: {{enabled: false}}
+        pipelines:
+          - name: cam
+            source: {{uri: clip.mp4}}
+            outputs:
+              - name: g
+                resize: {{width: 32, height: 24}}
+                channels: gray
+                dtype: uint8
+                scale: 1
+            sink: {{type: npy, directory: {out}, frames_per_file: 8}}
+        """)
+        r = run("run", "--config", str(cfg), "--device", "cpu")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        shapes = [np.load(f).shape for f in sorted((out / "g").glob("*.npy"))]
+        self.assertEqual(shapes, [(8, 1, 24, 32), (8, 1, 24, 32), (4, 1, 24, 32)])
+
+    def test_check_config_accepts_valid(self):
+        cfg = self.pipeline_config("valid.yaml", self.dir / "unused")
+        r = run("check-config", str(cfg))
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def assert_one_line_error(self, r, pattern, status=2):
+        self.assertEqual(r.returncode, status, r.stdout + r.stderr)
+        lines = [l for l in r.stderr.splitlines() if l.strip()]
+        self.assertTrue(any(re.search(pattern, l) for l in lines), r.stderr)
+
+    def test_missing_config_file(self):
+        r = run("run", "--config", str(self.dir / "nope.yaml"))
+        self.assert_one_line_error(r, r"nope\.yaml.*not found")
+
+    def test_yaml_syntax_error_names_line(self):
+        cfg = self.write_config("syntax.yaml", "pipelines:\n  - name: [unclosed\n")
+        r = run("check-config", str(cfg))
+        self.assert_one_line_error(r, r"syntax\.yaml:\d+:\d+")
+
+    def test_unknown_key_is_rejected_with_suggestion(self):
+        cfg = self.pipeline_config("unknown.yaml", self.dir / "o", extra_source=", loopp: true")
+        r = run("check-config", str(cfg))
+        self.assert_one_line_error(r, r"unknown\.yaml:\d+:\d+: .*loopp.*did you mean 'loop'")
+
+    def test_missing_source_file(self):
+        cfg = self.write_config("missing_src.yaml", """
+        pipelines:
+          - name: cam
+            source: {uri: does_not_exist.mp4}
+            outputs: [{name: a, resize: {width: 8, height: 8}}]
+            sink: {type: null}
+        """)
+        r = run("check-config", str(cfg))
+        self.assert_one_line_error(r, r"missing_src\.yaml:\d+:\d+: pipelines\[0\]\.source\.uri: .*does_not_exist\.mp4")
+
+    def test_not_video_fails_that_pipeline_only(self):
+        junk = self.dir / "junk.mp4"
+        junk.write_bytes(b"this is not a video file\n" * 100)
+        out = self.dir / "out_good"
+        cfg = self.write_config("junk.yaml", f"""
+        http: {{enabled: false}}
+        pipelines:
+          - name: bad
+            source: {{uri: junk.mp4}}
+            outputs: [{{name: a, resize: {{width: 8, height: 8}}}}]
+            sink: {{type: null}}
+          - name: good
+            source: {{uri: clip.mp4}}
+            outputs: [{{name: a, resize: {{width: 8, height: 8}}}}]
+            sink: {{type: npy, directory: {out}}}
+        """)
+        r = run("run", "--config", str(cfg), "--device", "cpu")
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertRegex(r.stderr, r"pipeline 'bad'.*junk\.mp4")
+        self.assertEqual(len(list((out / "a").glob("*.npy"))), 20, "the good pipeline must finish")
+
+    def test_cuda_requested_without_device(self):
+        if Path("/dev/nvidia0").exists():
+            self.skipTest("a GPU is present")
+        cfg = self.pipeline_config("cuda.yaml", self.dir / "o_cuda")
+        r = run("run", "--config", str(cfg), "--device", "cuda:0")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertRegex(r.stderr, r"cuda:0 requested but 0 CUDA device")
+
+    def test_sigterm_drains_and_exits(self):
+        out = self.dir / "out_sigterm"
+        cfg = self.pipeline_config("loop.yaml", out, extra_source=", loop: true, realtime: true")
+        p = subprocess.Popen([FRAMEFUSED, "run", "--config", str(cfg), "--device", "cpu"],
+                             stderr=subprocess.PIPE, text=True)
+        time.sleep(1.5)
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=10)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertIn("SIGTERM", err)
+        files = sorted((out / "cls").glob("*.npy"))
+        self.assertGreater(len(files), 10)
+        for f in files:   # every file complete and loadable
+            self.assertEqual(np.load(f).shape, (3, 56, 56))
+
+    def test_sighup_reload_keeps_unchanged_and_refuses_invalid(self):
+        body = """
+        http: {{enabled: false}}
+        pipelines:
+          - name: a
+            source: {{uri: clip.mp4, loop: true, realtime: true}}
+            outputs: [{{name: o, resize: {{width: 8, height: 8}}}}]
+            sink: {{type: null}}
+        {extra}"""
+        second = """  - name: b
+            source: {uri: clip.mp4, loop: true, realtime: true}
+            outputs: [{name: o, resize: {width: 8, height: 8}}]
+            sink: {type: null}"""
+        cfg = self.write_config("reload.yaml", body.format(extra=""))
+        p = subprocess.Popen([FRAMEFUSED, "run", "--config", str(cfg), "--device", "cpu"],
+                             stderr=subprocess.PIPE, text=True)
+        try:
+            time.sleep(1.0)
+            cfg.write_text(textwrap.dedent(body.format(extra=second)))
+            p.send_signal(signal.SIGHUP)
+            time.sleep(1.0)
+            cfg.write_text("pipelines: [ {name: broken\n")
+            p.send_signal(signal.SIGHUP)
+            time.sleep(1.0)
+            p.send_signal(signal.SIGTERM)
+            _, err = p.communicate(timeout=10)
+        finally:
+            if p.poll() is None:
+                p.kill()
+        self.assertEqual(p.returncode, 0, err)
+        self.assertIn("reload applied: 1 unchanged, 0 restarted, 1 started", err)
+        self.assertRegex(err, r"reload refused, keeping the running config: .*reload\.yaml:\d+:\d+")
+        self.assertRegex(err, r"summary 'a': \d+ frames decoded")
+        self.assertRegex(err, r"summary 'b': \d+ frames decoded")
+
+    def test_sd_notify_sequence(self):
+        import socket
+        sock_path = str(self.dir / "notify.sock")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.bind(sock_path)
+        sock.settimeout(0.2)
+        cfg = self.pipeline_config("notify.yaml", self.dir / "out_notify", extra_source=", loop: true, realtime: true")
+        env = dict(os.environ, NOTIFY_SOCKET=sock_path, WATCHDOG_USEC="400000")
+        p = subprocess.Popen([FRAMEFUSED, "run", "--config", str(cfg), "--device", "cpu"],
+                             stderr=subprocess.PIPE, text=True, env=env)
+        messages = []
+
+        def drain(seconds):
+            end = time.time() + seconds
+            while time.time() < end:
+                try:
+                    messages.extend(sock.recv(4096).decode().splitlines())
+                except socket.timeout:
+                    pass
+
+        try:
+            drain(1.5)
+            p.send_signal(signal.SIGHUP)
+            drain(1.0)
+            p.send_signal(signal.SIGTERM)
+            drain(1.0)
+            p.communicate(timeout=10)
+        finally:
+            if p.poll() is None:
+                p.kill()
+            sock.close()
+        states = [m for m in messages if m in ("READY=1", "RELOADING=1", "STOPPING=1")]
+        self.assertEqual(states, ["READY=1", "RELOADING=1", "READY=1", "STOPPING=1"], messages)
+        self.assertGreaterEqual(messages.count("WATCHDOG=1"), 3, messages)
+
+
+if __name__ == "__main__":
+    unittest.main()

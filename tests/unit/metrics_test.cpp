@@ -1,0 +1,224 @@
+// Prometheus exposition and the escaping behind /metrics and /status: exact series and values for
+// known snapshots, a line-by-line format check, and promtool's own check when it is installed.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "daemon/metrics/prometheus.hpp"
+#include "daemon/metrics/text_escape.hpp"
+
+namespace framefuse::daemon {
+namespace {
+
+DaemonSnapshot known_daemon() {
+  DaemonSnapshot d;
+  d.version = "0.1.0";
+  d.uptime_s = 12.5;
+  d.ready = true;
+  d.device = "cpu";
+  d.reloads_ok = 3;
+  d.reloads_failed = 2;
+  d.last_reload_unix_s = 1700000000.25;
+  d.last_reload_ok = false;
+  d.config_path = "/etc/framefuse/framefuse.yaml";
+  return d;
+}
+
+PipelineSnapshot known_pipeline(std::string name, uint64_t base) {
+  PipelineSnapshot p;
+  p.name = std::move(name);
+  p.device = "cpu";
+  p.source = "rtsp://cam/stream";
+  p.state = SourceState::Streaming;
+  p.frames_decoded = base + 1234;
+  p.frames_processed = base + 1200;
+  p.decode_errors = base + 5;
+  p.reconnects = base + 2;
+  p.dropped = {base + 7, base + 11, base + 13};
+  p.queue_depth = 3;
+  p.last_frame_age_s = 0.04;
+  p.fps = 29.97;
+  for (size_t i = 0; i < p.latency_counts.size(); ++i) p.latency_counts[i] = base + 10 + i;   // never zero
+  p.latency_sum_s = 1.75;
+  return p;
+}
+
+bool has_line(const std::string& text, const std::string& line) {
+  return text.find("\n" + line + "\n") != std::string::npos || text.starts_with(line + "\n");
+}
+
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+TEST(Metrics, DaemonSeriesHaveExactValues) {
+  const auto p = known_pipeline("lobby", 0);
+  const std::string m = render_metrics(known_daemon(), std::span(&p, 1));
+  EXPECT_TRUE(has_line(m, R"(framefuse_build_info{version="0.1.0"} 1)")) << m;
+  EXPECT_TRUE(has_line(m, "framefuse_uptime_seconds 12.5")) << m;
+  EXPECT_TRUE(has_line(m, "framefuse_ready 1")) << m;
+  EXPECT_TRUE(has_line(m, R"(framefuse_config_reloads_total{result="success"} 3)")) << m;
+  EXPECT_TRUE(has_line(m, R"(framefuse_config_reloads_total{result="failure"} 2)")) << m;
+  EXPECT_TRUE(has_line(m, "framefuse_config_last_reload_success 0")) << m;
+  EXPECT_TRUE(has_line(m, "framefuse_config_last_reload_timestamp_seconds 1700000000.25")) << m;
+  EXPECT_TRUE(has_line(m, "# TYPE framefuse_config_reloads_total counter")) << m;
+  EXPECT_TRUE(has_line(m, "# TYPE framefuse_uptime_seconds gauge")) << m;
+}
+
+TEST(Metrics, PipelineSeriesHaveExactValues) {
+  const PipelineSnapshot ps[] = {known_pipeline("lobby", 0), known_pipeline("dock", 1000)};
+  const std::string m = render_metrics(known_daemon(), ps);
+  EXPECT_TRUE(has_line(m, R"(framefuse_frames_decoded_total{pipeline="lobby"} 1234)")) << m;
+  EXPECT_TRUE(has_line(m, R"(framefuse_frames_decoded_total{pipeline="dock"} 2234)")) << m;
+  EXPECT_TRUE(has_line(m, R"(framefuse_frames_processed_total{pipeline="lobby"} 1200)")) << m;
+  EXPECT_TRUE(has_line(m, R"(framefuse_frames_dropped_total{pipeline="lobby",reason="queue_full"} 7)")) << m;
+  EXPECT_TRUE(has_line(m, R"(framefuse_frames_dropped_total{pipeline="lobby",reason="decode_error"} 11)")) << m;
+  EXPECT_TRUE(has_line(m, R"(framefuse_frames_dropped_total{pipeline="dock",reason="process_error"} 1013)")) << m;
+  EXPECT_TRUE(has_line(m, R"(framefuse_decode_errors_total{pipeline="lobby"} 5)")) << m;
+  EXPECT_TRUE(has_line(m, R"(framefuse_source_reconnects_total{pipeline="dock"} 1002)")) << m;
+  EXPECT_TRUE(has_line(m, R"(framefuse_queue_depth{pipeline="lobby"} 3)")) << m;
+  EXPECT_TRUE(has_line(m, R"(framefuse_last_frame_age_seconds{pipeline="lobby"} 0.04)")) << m;
+  EXPECT_TRUE(has_line(m, R"(framefuse_frames_per_second{pipeline="lobby"} 29.97)")) << m;
+  for (size_t s = 0; s < kSourceStateNames.size(); ++s) {
+    const int want = s == static_cast<size_t>(SourceState::Streaming) ? 1 : 0;
+    EXPECT_TRUE(has_line(m, std::string(R"(framefuse_source_state{pipeline="lobby",state=")") +
+                                kSourceStateNames[s] + "\"} " + std::to_string(want)))
+        << kSourceStateNames[s] << "\n" << m;
+  }
+}
+
+TEST(Metrics, HistogramIsCumulativeWithSumAndCount) {
+  const auto p = known_pipeline("lobby", 0);
+  const std::string m = render_metrics(known_daemon(), std::span(&p, 1));
+  // Per-bucket counts are 10, 11, ..., 22 (last = +Inf): cumulative 10, 21, 33, ...
+  uint64_t cumulative = 0;
+  const char* le[] = {"0.0005", "0.001", "0.002", "0.005", "0.01", "0.02", "0.05",
+                      "0.1",    "0.2",   "0.5",   "1",     "2",    "+Inf"};
+  for (size_t i = 0; i < p.latency_counts.size(); ++i) {
+    cumulative += 10 + i;
+    EXPECT_TRUE(has_line(m, std::string(R"(framefuse_decode_to_output_seconds_bucket{pipeline="lobby",le=")") +
+                                le[i] + "\"} " + std::to_string(cumulative)))
+        << le[i] << "\n" << m;
+  }
+  EXPECT_EQ(cumulative, 10u * 13 + 78);
+  EXPECT_TRUE(has_line(m, R"(framefuse_decode_to_output_seconds_sum{pipeline="lobby"} 1.75)")) << m;
+  EXPECT_TRUE(has_line(m, R"(framefuse_decode_to_output_seconds_count{pipeline="lobby"} 208)")) << m;
+  EXPECT_TRUE(has_line(m, "# TYPE framefuse_decode_to_output_seconds histogram")) << m;
+}
+
+TEST(Metrics, AgeIsAbsentBeforeTheFirstFrame) {
+  auto p = known_pipeline("lobby", 0);
+  p.last_frame_age_s = -1;
+  const std::string m = render_metrics(known_daemon(), std::span(&p, 1));
+  EXPECT_EQ(m.find("framefuse_last_frame_age_seconds{"), std::string::npos) << m;
+  EXPECT_TRUE(has_line(m, "# TYPE framefuse_last_frame_age_seconds gauge")) << m;
+}
+
+TEST(Metrics, LabelValuesAreEscaped) {
+  const auto p = known_pipeline("a\"b\\c\nd\xff", 0);
+  const std::string m = render_metrics(known_daemon(), std::span(&p, 1));
+  EXPECT_TRUE(has_line(m, "framefuse_frames_decoded_total{pipeline=\"a\\\"b\\\\c\\nd\xEF\xBF\xBD\"} 1234")) << m;
+}
+
+//! Every line is HELP, TYPE or a sample of a family whose TYPE came first; families appear once
+//! and contiguously; counters end in _total; values parse as floats.
+TEST(Metrics, TextFormatIsWellFormed) {
+  const PipelineSnapshot ps[] = {known_pipeline("lobby", 0), known_pipeline("dock \"2\"", 50)};
+  const std::string m = render_metrics(known_daemon(), ps);
+  ASSERT_TRUE(m.ends_with("\n"));
+  const std::regex help(R"(# HELP ([a-zA-Z_:][a-zA-Z0-9_:]*) \S.*)");
+  const std::regex type(R"(# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|histogram))");
+  const std::regex sample(
+      R"(([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[a-zA-Z_][a-zA-Z0-9_]*="([^"\\\n]|\\[\\"n])*"(,[a-zA-Z_][a-zA-Z0-9_]*="([^"\\\n]|\\[\\"n])*")*\})? (\S+))");
+  std::map<std::string, std::string> types;
+  std::string current;
+  size_t samples = 0;
+  for (const auto& l : lines(m)) {
+    std::smatch g;
+    if (std::regex_match(l, g, help)) {
+      EXPECT_EQ(types.count(g[1]), 0u) << "HELP after TYPE or repeated: " << l;
+    } else if (std::regex_match(l, g, type)) {
+      EXPECT_EQ(types.count(g[1]), 0u) << "family declared twice: " << l;
+      types[g[1]] = g[2];
+      current = g[1];
+      if (g[2] == "counter") EXPECT_TRUE(current.ends_with("_total")) << l;
+      if (g[2] != "counter") EXPECT_FALSE(current.ends_with("_total")) << l;
+    } else if (std::regex_match(l, g, sample)) {
+      ++samples;
+      std::string family = g[1];
+      if (types[current] == "histogram") {
+        for (const char* suffix : {"_bucket", "_sum", "_count"})
+          if (family == current + suffix) family = current;
+      }
+      EXPECT_EQ(family, current) << "sample outside its family block: " << l;
+      const std::string value = g[7];
+      if (value != "+Inf" && value != "-Inf" && value != "NaN") {
+        char* end = nullptr;
+        std::strtod(value.c_str(), &end);
+        EXPECT_EQ(*end, '\0') << "bad value: " << l;
+      }
+    } else {
+      ADD_FAILURE() << "not a valid exposition line: " << l;
+    }
+  }
+  EXPECT_EQ(types.size(), 16u);
+  EXPECT_GT(samples, 60u);
+}
+
+TEST(Metrics, PromtoolAcceptsTheExposition) {
+  if (std::system("command -v promtool > /dev/null 2>&1") != 0) GTEST_SKIP() << "promtool is not installed";
+  const PipelineSnapshot ps[] = {known_pipeline("lobby", 0), known_pipeline("dock", 50)};
+  const auto path = std::filesystem::temp_directory_path() / ("framefuse_metrics_" + std::to_string(::getpid()) + ".prom");
+  {
+    std::ofstream(path) << render_metrics(known_daemon(), ps);
+  }
+  const auto out = path.string() + ".out";
+  const int rc = std::system(("promtool check metrics < " + path.string() + " > " + out + " 2>&1").c_str());
+  std::ifstream report(out);
+  const std::string text((std::istreambuf_iterator<char>(report)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(rc, 0) << text;
+  std::filesystem::remove(path);
+  std::filesystem::remove(out);
+}
+
+TEST(TextEscape, JsonStringsEscapeQuotesBackslashesAndControls) {
+  EXPECT_EQ(json_string("plain"), "\"plain\"");
+  EXPECT_EQ(json_string("a\"b\\c"), R"("a\"b\\c")");
+  EXPECT_EQ(json_string("l1\nl2\r\t"), R"("l1\nl2\r\t")");
+  EXPECT_EQ(json_string(std::string_view("\x01\x1f\0", 3)), R"("\u0001\u001f\u0000")");
+  EXPECT_EQ(json_string("caf\xC3\xA9"), "\"caf\xC3\xA9\"");   // valid UTF-8 passes through
+}
+
+TEST(TextEscape, InvalidUtf8BecomesReplacementCharacter) {
+  EXPECT_EQ(valid_utf8("ok \xE2\x82\xAC"), "ok \xE2\x82\xAC");
+  EXPECT_EQ(valid_utf8("latin1 \xE9t\xE9"), "latin1 \xEF\xBF\xBDt\xEF\xBF\xBD");
+  EXPECT_EQ(valid_utf8("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");             // overlong '/'
+  EXPECT_EQ(valid_utf8("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");   // surrogate
+  EXPECT_EQ(valid_utf8("cut \xE2\x82"), "cut \xEF\xBF\xBD\xEF\xBF\xBD");
+}
+
+TEST(TextEscape, JsonNumbersAreFiniteOrNull) {
+  EXPECT_EQ(json_number(0.25), "0.25");
+  EXPECT_EQ(json_number(-3), "-3");
+  EXPECT_EQ(json_number(1e-7), "1e-07");
+  EXPECT_EQ(json_number(std::numeric_limits<double>::infinity()), "null");
+  EXPECT_EQ(json_number(std::nan("")), "null");
+}
+
+}  // namespace
+}  // namespace framefuse::daemon
