@@ -92,6 +92,55 @@ struct DeviceSpec {
   bool operator==(const DeviceSpec&) const = default;
 };
 
+//! auto_gain: a PI controller (in log luma) drives each chosen output's mean luma toward `target`
+//! by scaling its pixels before normalize. See pipeline/control/controllers.hpp.
+struct AutoGainSpec {
+  bool enabled = false;
+  std::vector<std::string> outputs;   //!< outputs whose gain it drives; empty = all
+  double target = 0.45;               //!< mean output luma, (0, 1]
+  double kp = 0.1, ki = 0.3;          //!< >= 0, not both 0
+  double min_gain = 0.25, max_gain = 8;   //!< 0 < min_gain <= 1 <= max_gain
+  double max_step = 0.25;             //!< largest gain change per frame, > 0
+  bool operator==(const AutoGainSpec&) const = default;
+};
+
+//! roi_follow: moves one output's crop window (size kept) toward the motion centroid: a digital
+//! pan/tilt. The window stays inside `bounds`.
+struct RoiFollowSpec {
+  bool enabled = false;
+  std::string output;                 //!< the output whose crop moves (required when enabled)
+  double smoothing = 0.2;             //!< fraction of the remaining distance moved per frame, (0, 1]
+  double dead_band = 0.02;            //!< centroid this close (fraction of the frame) = no move, [0, 0.5]
+  double min_motion = 0.002;          //!< whole-frame motion below this = hold, [0, 1]
+  RectSpec bounds;                    //!< region the window may cover; default the whole frame
+  bool operator==(const RoiFollowSpec&) const = default;
+};
+
+//! health: flags with hysteresis, from whole-frame statistics.
+struct HealthSpec {
+  bool enabled = false;
+  double frozen_motion = 0.002;       //!< motion below this counts as a still picture, [0, 1]
+  std::chrono::milliseconds frozen_after{10'000};   //!< still this long = frozen, > 0
+  double black_fraction = 0.95;       //!< share of near-black pixels that is `black`, (0, 1]
+  double overexposed_fraction = 0.5;  //!< share of near-white pixels that is `overexposed`, (0, 1]
+  double scene_change = 0.5;          //!< histogram distance between frames that is a scene change, (0, 1]
+  std::chrono::milliseconds raise_after{500};    //!< black / overexposed must last this long, >= 0
+  std::chrono::milliseconds clear_after{2'000};  //!< a flag clears once its condition is gone this long, >= 0
+  bool operator==(const HealthSpec&) const = default;
+};
+
+//! Monitoring statistics and control loops of a pipeline (`control:`). Off unless enabled; the
+//! statistics run whenever it is, the loops when each of theirs is. The control step of frame n
+//! reads the statistics of frame n - delay_frames.
+struct ControlSpec {
+  bool enabled = false;
+  int32_t delay_frames = 1;           //!< >= 1
+  AutoGainSpec auto_gain;
+  RoiFollowSpec roi_follow;
+  HealthSpec health;
+  bool operator==(const ControlSpec&) const = default;
+};
+
 struct PipelineSpec {
   std::string name;
   SourceSpec source;
@@ -101,6 +150,7 @@ struct PipelineSpec {
   SinkSpec sink;
   std::optional<DeviceSpec> device;    //!< per-pipeline override of the daemon's device
   int32_t queue_depth = 4;             //!< decoded frames waiting for processing
+  ControlSpec control;
   bool operator==(const PipelineSpec&) const = default;
 };
 

@@ -225,7 +225,7 @@ HttpServer::HttpServer(HttpServerOptions opts, StatusSource& source) {
   impl_->listen();
   impl_->accept();
   impl_->io_thread = std::thread([impl = impl_.get()] { impl->run(); });
-  spdlog::info("http: listening on {}:{}", impl_->opts.bind, impl_->port);
+  spdlog::debug("http: listening on {}:{}", impl_->opts.bind, impl_->port);
 }
 
 HttpServer::~HttpServer() {

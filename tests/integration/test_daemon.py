@@ -44,31 +44,35 @@ class DaemonTest(unittest.TestCase):
         path.write_text(textwrap.dedent(body))
         return path
 
+    DEFAULT_OUTPUTS = """\
+- name: cls
+  resize: {shorter_side: 64}
+  center_crop: [56, 56]
+  mean: [0.485, 0.456, 0.406]
+  std: [0.229, 0.224, 0.225]
+- name: det
+  resize: {width: 96, height: 96}
+  aspect: letterbox
+  dtype: float16
+- name: thumb
+  resize: {width: 80, height: 60}
+  layout: hwc
+  dtype: uint8
+  scale: 1
+"""
+
     def pipeline_config(self, name, out, extra_source="", outputs=None):
-        outputs = outputs or """
-              - name: cls
-                resize: {shorter_side: 64}
-                center_crop: [56, 56]
-                mean: [0.485, 0.456, 0.406]
-                std: [0.229, 0.224, 0.225]
-              - name: det
-                resize: {width: 96, height: 96}
-                aspect: letterbox
-                dtype: float16
-              - name: thumb
-                resize: {width: 80, height: 60}
-                layout: hwc
-                dtype: uint8
-                scale: 1
-        """
-        return self.write_config(name, f"""
-        http: {{enabled: false}}
-        pipelines:
-          - name: cam
-            source: {{uri: clip.mp4{extra_source}}}
-            outputs:{textwrap.indent(textwrap.dedent(outputs), '    ')}
-            sink: {{type: npy, directory: {out}}}
-        """)
+        outputs = textwrap.indent(outputs or self.DEFAULT_OUTPUTS, " " * 6)
+        path = self.dir / name
+        path.write_text(
+            "http: {enabled: false}\n"
+            "pipelines:\n"
+            "  - name: cam\n"
+            f"    source: {{uri: clip.mp4{extra_source}}}\n"
+            "    outputs:\n"
+            f"{outputs}"
+            f"    sink: {{type: npy, directory: {out}}}\n")
+        return path
 
     def test_help_and_version(self):
         r = run("--help")

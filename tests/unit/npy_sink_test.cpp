@@ -169,8 +169,15 @@ TEST_P(NpySinkFiles, ReadBackEqualsWhatWasWritten) {
     EXPECT_NE(json.find(fmt::format("\"shape\": [{}]", fmt::join(plans[k].shape, ", "))), std::string::npos) << json;
   }
 
-  // numpy, when this python has it, must read the same arrays (its bytes dumped next to each file).
-  if (std::system("python3 -c 'import numpy' >/dev/null 2>&1") != 0) return;
+  // numpy, where a python here has it, must read the same arrays (its bytes dumped next to each file).
+  std::string python;
+  for (const char* candidate : {"python3", "/usr/bin/python3"}) {
+    if (std::system(fmt::format("{} -c 'import numpy' >/dev/null 2>&1", candidate).c_str()) == 0) {
+      python = candidate;
+      break;
+    }
+  }
+  if (python.empty()) return;
   const std::string script = fmt::format(
       "import numpy, pathlib\n"
       "for p in pathlib.Path('{}').rglob('*.npy'):\n"
@@ -179,7 +186,7 @@ TEST_P(NpySinkFiles, ReadBackEqualsWhatWasWritten) {
       "    p.with_suffix('.shape').write_text(','.join(map(str, a.shape)))\n"
       "    p.with_suffix('.raw').write_bytes(a.tobytes())\n",
       (dir.path / "out").string(), c.descr);
-  ASSERT_EQ(std::system(fmt::format("python3 -c \"{}\"", script).c_str()), 0);
+  ASSERT_EQ(std::system(fmt::format("{} -c \"{}\"", python, script).c_str()), 0);
   for (size_t k = 0; k < plans.size(); ++k) {
     for (int64_t f = 0; f < kCount; f += c.frames_per_file) {
       const fs::path base = dir.path / "out" / plans[k].name / fmt::format("{:08d}", kFirst + f);

@@ -1,0 +1,43 @@
+#pragma once
+//! What the control loops hand to the fused chain: per output a gain and a crop-window offset.
+//! The CPU executor applies it to its copy of an output's parameters before running the rows; the
+//! GPU kernel applies it to the parameters it staged in shared memory. POD, no CUDA types.
+#include <cstdint>
+
+#include "pipeline/fused/fused_params.hpp"
+#include "pipeline/ops/chain.hpp"
+
+namespace framefuse::control {
+
+struct OutputControl {
+  float gain;       //!< multiplies the 0..255 pixel before normalize (1 = unchanged)
+  int32_t dx, dy;   //!< crop window offset from the planned window, source pixels
+};
+
+struct ControlState {
+  int32_t num_outputs;       //!< outputs k >= num_outputs (the hidden thumbnail) are left alone
+  int32_t frame_w, frame_h;  //!< the frame the windows must stay inside
+  OutputControl out[kMaxOutputs];
+};
+
+//! The neutral state: gain 1, planned windows.
+inline ControlState neutral_state(int32_t num_outputs, int32_t frame_w, int32_t frame_h) {
+  ControlState s{};
+  s.num_outputs = num_outputs;
+  s.frame_w = frame_w;
+  s.frame_h = frame_h;
+  for (auto& o : s.out) o = {1.f, 0, 0};
+  return s;
+}
+
+//! Applies output k's control to its planned parameters `p` (not to already controlled ones): the
+//! crop window moves by (dx, dy), clamped inside the frame, and the gain scales norm.mul.
+FF_HD void apply(const ControlState& s, int k, ops::Chain::Params& p) {
+  if (k >= s.num_outputs) return;
+  const OutputControl& c = s.out[k];
+  p.resize.x0 = ops::clampi(p.resize.x0 + c.dx, 0, s.frame_w - p.resize.src_w);
+  p.resize.y0 = ops::clampi(p.resize.y0 + c.dy, 0, s.frame_h - p.resize.src_h);
+  for (float& m : p.norm.mul) m *= c.gain;
+}
+
+}  // namespace framefuse::control
