@@ -39,6 +39,7 @@ pipelines:                         # at least one
     decoder: auto                  # auto | nvdec | cpu
     device: null                   # this pipeline's device (null = the daemon's)
     queue_depth: 4                 # decoded frames waiting for processing
+    pool_frames: auto              # decode buffers: auto (decoder + queue_depth + in flight) | 2..4096
     color:
       matrix: auto                 # auto (stream metadata) | bt601 | bt709
       range: auto                  # auto (stream metadata) | limited | full
@@ -61,6 +62,34 @@ pipelines:                         # at least one
       type: npy                    # npy (.npy files) | null (discard outputs)
       directory: out/camera        # npy: folder (relative to this file), one subfolder per output
       frames_per_file: 1           # npy: frames stacked per file, shape [N, ...]
+    control:                       # per-frame statistics and control loops; a section given is on unless enabled: false
+      enabled: false               # luma, histogram, motion per frame and output window (on a 128x72 luma thumbnail)
+      delay_frames: 1              # the control of frame n uses the statistics of frame n - delay_frames (1..64)
+      auto_gain:
+        enabled: false             # drive outputs' mean luma toward target (PI controller, gain before normalize)
+        outputs: []                # outputs it drives ([] = all)
+        target: 0.45               # mean output luma to reach, (0, 1]
+        kp: 0.1                    # proportional gain on log luma, 0..10
+        ki: 0.3                    # integral gain, 0..10 (kp and ki not both 0)
+        min_gain: 0.25             # lowest gain, 0.001..1
+        max_gain: 8                # highest gain, 1..1000
+        max_step: 0.25             # largest gain change per frame (slew limit), > 0
+      roi_follow:
+        enabled: false             # move one output's crop window toward the motion centroid (digital pan/tilt)
+        output: output             # the output whose crop moves (its size is kept)
+        smoothing: 0.2             # share of the remaining distance moved per frame, (0, 1]
+        dead_band: 0.02            # no move while the centroid is this close (fraction of the frame), 0..0.5
+        min_motion: 0.0005         # hold while whole-frame motion (mean |luma change|) is below this, 0..1
+        bounds: {x: 0, y: 0, w: 1, h: 1, units: fraction}   # where the window may go; same form as crop
+      health:
+        enabled: false             # frozen, black, overexposed and scene-change flags
+        frozen_motion: 0.0005      # motion below this is a still picture, 0..1
+        frozen_after: 10s          # still this long = frozen
+        black_fraction: 0.95       # share of near-black thumbnail pixels (luma < 1/16) that is black, (0, 1]
+        overexposed_fraction: 0.5  # share of near-white pixels (luma >= 15/16) that is overexposed, (0, 1]
+        scene_change: 0.5          # histogram distance (0..1) to the previous frame that is a cut or tamper, (0, 1]
+        raise_after: 500ms         # black / overexposed must last this long before the flag rises
+        clear_after: 2s            # a flag clears once its condition has been gone this long
 )yaml";
 }
 

@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "config/units.hpp"
+#include "pipeline/control/delay_ring.hpp"
 #include "pipeline/error.hpp"
 #include "pipeline/fused/fused_params.hpp"
 #include "pipeline/util/redact.hpp"
@@ -638,6 +639,95 @@ SinkSpec read_sink(const Value& v, const std::string& pipeline, std::map<std::st
   return s;
 }
 
+// ---- control (pipeline/control/) ----
+
+//! A number in (0, hi].
+double positive(const Value& v, double hi) {
+  const double d = v.number();
+  if (d <= 0) v.fail(fmt::format("must be greater than 0, got {}", d));
+  if (d > hi) v.fail(fmt::format("must be at most {}, got {}", hi, d));
+  return d;
+}
+
+//! `enabled`: a section that is given is on unless it says `enabled: false`.
+bool section_enabled(const Map& m) {
+  const auto x = m.get("enabled");
+  return x ? x->boolean() : true;
+}
+
+//! An output name of this pipeline.
+std::string read_output_ref(const Value& v, const std::vector<OutputSpec>& outputs) {
+  std::string name = v.text();
+  std::vector<std::string_view> known;
+  for (const auto& o : outputs) {
+    if (o.name == name) return name;
+    known.push_back(o.name);
+  }
+  v.fail(fmt::format("unknown output '{}' (expected {})", name, join(known)));
+}
+
+AutoGainSpec read_auto_gain(const Value& v, const std::vector<OutputSpec>& outputs) {
+  const Map m = v.map({"enabled", "outputs", "target", "kp", "ki", "min_gain", "max_gain", "max_step"});
+  AutoGainSpec a;
+  a.enabled = section_enabled(m);
+  if (const auto x = m.get("outputs")) {
+    for (const Value& item : x->items()) a.outputs.push_back(read_output_ref(item, outputs));
+  }
+  if (const auto x = m.get("target")) a.target = positive(*x, 1);
+  if (const auto x = m.get("kp")) a.kp = x->number(0, 10);
+  if (const auto x = m.get("ki")) a.ki = x->number(0, 10);
+  if (a.kp == 0 && a.ki == 0) {
+    const Value at = m.get("ki") ? *m.get("ki") : *m.get("kp");
+    at.fail("kp and ki cannot both be 0");
+  }
+  if (const auto x = m.get("min_gain")) a.min_gain = x->number(0.001, 1);
+  if (const auto x = m.get("max_gain")) a.max_gain = x->number(1, 1000);
+  if (const auto x = m.get("max_step")) a.max_step = positive(*x, 1000);
+  return a;
+}
+
+RoiFollowSpec read_roi_follow(const Value& v, const std::vector<OutputSpec>& outputs) {
+  const Map m = v.map({"enabled", "output", "smoothing", "dead_band", "min_motion", "bounds"});
+  RoiFollowSpec r;
+  r.enabled = section_enabled(m);
+  if (const auto x = r.enabled ? std::optional<Value>(m.need("output")) : m.get("output"))
+    r.output = read_output_ref(*x, outputs);
+  if (const auto x = m.get("smoothing")) r.smoothing = positive(*x, 1);
+  if (const auto x = m.get("dead_band")) r.dead_band = x->number(0, 0.5);
+  if (const auto x = m.get("min_motion")) r.min_motion = x->number(0, 1);
+  if (const auto x = m.get("bounds")) r.bounds = read_crop(*x);
+  return r;
+}
+
+HealthSpec read_health(const Value& v) {
+  const Map m = v.map({"enabled", "frozen_motion", "frozen_after", "black_fraction", "overexposed_fraction",
+                       "scene_change", "raise_after", "clear_after"});
+  HealthSpec h;
+  h.enabled = section_enabled(m);
+  if (const auto x = m.get("frozen_motion")) h.frozen_motion = x->number(0, 1);
+  if (const auto x = m.get("frozen_after")) h.frozen_after = x->duration_ms(false);
+  if (const auto x = m.get("black_fraction")) h.black_fraction = positive(*x, 1);
+  if (const auto x = m.get("overexposed_fraction")) h.overexposed_fraction = positive(*x, 1);
+  if (const auto x = m.get("scene_change")) h.scene_change = positive(*x, 1);
+  if (const auto x = m.get("raise_after")) h.raise_after = x->duration_ms(true);
+  if (const auto x = m.get("clear_after")) h.clear_after = x->duration_ms(true);
+  return h;
+}
+
+ControlSpec read_control(const Value& v, const std::vector<OutputSpec>& outputs) {
+  const Map m = v.map({"enabled", "delay_frames", "auto_gain", "roi_follow", "health"});
+  ControlSpec c;
+  c.enabled = section_enabled(m);
+  if (c.enabled && outputs.size() > size_t(kMaxOutputs - 1))
+    v.fail(fmt::format("control takes one of the {} fused outputs for its thumbnail: at most {} outputs, got {}",
+                       kMaxOutputs, kMaxOutputs - 1, outputs.size()));
+  if (const auto x = m.get("delay_frames")) c.delay_frames = static_cast<int32_t>(x->integer(1, control::kMaxDelay));
+  if (const auto x = m.get("auto_gain")) c.auto_gain = read_auto_gain(*x, outputs);
+  if (const auto x = m.get("roi_follow")) c.roi_follow = read_roi_follow(*x, outputs);
+  if (const auto x = m.get("health")) c.health = read_health(*x);
+  return c;
+}
+
 //! Daemon-wide state the pipelines are checked against.
 struct PipelineContext {
   DeviceSpec device;
@@ -646,7 +736,9 @@ struct PipelineContext {
 };
 
 PipelineSpec read_pipeline(const Value& v, PipelineContext& ctx) {
-  const Map m = v.map({"name", "source", "decoder", "device", "queue_depth", "color", "outputs", "sink"});
+  const Map m =
+      v.map({"name", "source", "decoder", "device", "queue_depth", "pool_frames", "color", "outputs", "sink",
+             "control"});
   PipelineSpec p;
   p.name = read_unique_name(m.need("name"), "pipeline", ctx.names);
   p.source = read_source(m.need("source"));
@@ -657,6 +749,8 @@ PipelineSpec read_pipeline(const Value& v, PipelineContext& ctx) {
       x->fail("nvdec needs a cuda device, but this pipeline's device is cpu");
   }
   if (const auto x = m.get("queue_depth")) p.queue_depth = static_cast<int32_t>(x->integer(1, 1024));
+  if (const auto x = m.get("pool_frames"))
+    p.pool_frames = x->text() == "auto" ? 0 : static_cast<int32_t>(x->integer(2, 4096));
   if (const auto x = m.get("color")) p.color = read_color(*x);
 
   const Value outputs = m.need("outputs");
@@ -667,6 +761,7 @@ PipelineSpec read_pipeline(const Value& v, PipelineContext& ctx) {
   std::map<std::string, int> names;
   for (const Value& item : items) p.outputs.push_back(read_output(item, names));
   p.sink = read_sink(m.need("sink"), p.name, ctx.sink_dirs);
+  if (const auto x = m.get("control")) p.control = read_control(*x, p.outputs);
   return p;
 }
 

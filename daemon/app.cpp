@@ -5,9 +5,11 @@
 
 #include <ctime>
 #include <set>
+#include <tuple>
 
 #include "config/load.hpp"
 #include "daemon/http/http_server.hpp"
+#include "daemon/logging.hpp"
 #include "daemon/version.hpp"
 #include "pipeline/error.hpp"
 #include "pipeline/util/redact.hpp"
@@ -17,6 +19,11 @@ namespace framefuse::daemon {
 namespace {
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+bool same_http(const config::HttpConfig& a, const config::HttpConfig& b) {
+  return std::tie(a.enabled, a.bind, a.port, a.max_connections, a.idle_timeout, a.max_header_bytes) ==
+         std::tie(b.enabled, b.bind, b.port, b.max_connections, b.idle_timeout, b.max_header_bytes);
 }
 }  // namespace
 
@@ -154,6 +161,11 @@ bool App::reload() {
     spdlog::error("reload refused, keeping the running config: {}", e.what());
     return false;
   }
+  // Logging is switched first so that this reload's own messages follow the new settings.
+  setup_logging(next.log.level,
+                next.log.format == config::LogConfig::Format::Json ? LogFormat::Json : LogFormat::Text);
+  if (!same_http(next.http, config_->http))
+    spdlog::warn("reload: http settings changed; the HTTP server keeps its startup settings until a restart");
   std::lock_guard lock(mu_);
   std::set<std::string> keep;
   for (const auto& p : next.pipelines) keep.insert(p.name);

@@ -34,8 +34,9 @@ class App final : public StatusSource {
   int run();
 
   //! Re-reads the config file: a valid one is applied (unchanged pipelines untouched, changed ones
-  //! restarted, removed ones drained, new ones started); an invalid one is refused and the old one
-  //! keeps running. Returns whether it was applied.
+  //! restarted, removed ones drained, new ones started; log settings switched; changed http settings
+  //! only warned about, they need a restart); an invalid one is refused and the old one keeps
+  //! running. Returns whether it was applied.
   bool reload();
 
   DaemonSnapshot daemon() override;

@@ -111,7 +111,7 @@ struct RoiFollowSpec {
   std::string output;                 //!< the output whose crop moves (required when enabled)
   double smoothing = 0.2;             //!< fraction of the remaining distance moved per frame, (0, 1]
   double dead_band = 0.02;            //!< centroid this close (fraction of the frame) = no move, [0, 0.5]
-  double min_motion = 0.002;          //!< whole-frame motion below this = hold, [0, 1]
+  double min_motion = 0.0005;         //!< whole-frame motion below this = hold, [0, 1]
   RectSpec bounds;                    //!< region the window may cover; default the whole frame
   bool operator==(const RoiFollowSpec&) const = default;
 };
@@ -119,7 +119,7 @@ struct RoiFollowSpec {
 //! health: flags with hysteresis, from whole-frame statistics.
 struct HealthSpec {
   bool enabled = false;
-  double frozen_motion = 0.002;       //!< motion below this counts as a still picture, [0, 1]
+  double frozen_motion = 0.0005;      //!< motion below this counts as a still picture, [0, 1]
   std::chrono::milliseconds frozen_after{10'000};   //!< still this long = frozen, > 0
   double black_fraction = 0.95;       //!< share of near-black pixels that is `black`, (0, 1]
   double overexposed_fraction = 0.5;  //!< share of near-white pixels that is `overexposed`, (0, 1]
@@ -150,6 +150,7 @@ struct PipelineSpec {
   SinkSpec sink;
   std::optional<DeviceSpec> device;    //!< per-pipeline override of the daemon's device
   int32_t queue_depth = 4;             //!< decoded frames waiting for processing
+  int32_t pool_frames = 0;             //!< decode buffers (frame pool slots); 0 = default_pool_frames()
   ControlSpec control;
   bool operator==(const PipelineSpec&) const = default;
 };

@@ -64,6 +64,53 @@ void render_histogram(Exposition& e, std::span<const PipelineSnapshot> pipelines
   }
 }
 
+//! Control statistics and loops (pipelines with `control:`); the families appear only when some
+//! pipeline reports control.
+void render_control(Exposition& e, std::span<const PipelineSnapshot> pipelines) {
+  bool any = false;
+  for (const auto& p : pipelines) any |= p.control.has_value();
+  if (!any) return;
+  const auto per_pipeline = [&](const char* name, const char* help, auto value) {
+    e.family(name, "gauge", help);
+    for (const auto& p : pipelines)
+      if (p.control) e.sample(name, {{"pipeline", p.name}}, value(*p.control));
+  };
+  per_pipeline("framefuse_frame_luma_mean", "Mean luma (0..1) of the last controlled frame, on its 128x72 thumbnail.",
+               [](const ControlSnapshot& c) { return c.mean_luma; });
+  per_pipeline("framefuse_frame_motion", "Mean absolute luma change (0..1) of the last controlled frame against the one before.",
+               [](const ControlSnapshot& c) { return c.motion; });
+  const auto per_output = [&](const char* name, const char* help, auto value) {
+    e.family(name, "gauge", help);
+    for (const auto& p : pipelines)
+      if (p.control)
+        for (const auto& o : p.control->outputs) e.sample(name, {{"pipeline", p.name}, {"output", o.name}}, value(o));
+  };
+  using Out = ControlSnapshot::Output;
+  per_output("framefuse_output_gain", "Gain auto_gain applies to the output's pixels (1 = none).",
+             [](const Out& o) { return o.gain; });
+  per_output("framefuse_output_luma_mean", "Mean luma (0..1) of the output's crop window times its gain.",
+             [](const Out& o) { return o.mean_luma; });
+  per_output("framefuse_output_roi_x_pixels", "Left edge of the output's crop window in the frame.",
+             [](const Out& o) { return int64_t{o.x}; });
+  per_output("framefuse_output_roi_y_pixels", "Top edge of the output's crop window in the frame.",
+             [](const Out& o) { return int64_t{o.y}; });
+  per_output("framefuse_output_roi_width_pixels", "Width of the output's crop window.",
+             [](const Out& o) { return int64_t{o.w}; });
+  per_output("framefuse_output_roi_height_pixels", "Height of the output's crop window.",
+             [](const Out& o) { return int64_t{o.h}; });
+  const auto per_condition = [&](const char* name, const char* type, const char* help, auto value) {
+    e.family(name, type, help);
+    for (const auto& p : pipelines)
+      if (p.control)
+        for (size_t c = 0; c < control::Health::kConditions; ++c)
+          e.sample(name, {{"pipeline", p.name}, {"condition", control::kHealthNames[c]}}, value(*p.control, c));
+  };
+  per_condition("framefuse_health", "gauge", "1 while the picture-health condition is raised, else 0.",
+                [](const ControlSnapshot& c, size_t i) { return uint64_t{c.health[i]}; });
+  per_condition("framefuse_health_events_total", "counter", "Times the picture-health condition was raised.",
+                [](const ControlSnapshot& c, size_t i) { return c.health_events[i]; });
+}
+
 }  // namespace
 
 std::string render_metrics(const DaemonSnapshot& d, std::span<const PipelineSnapshot> pipelines) {
@@ -120,6 +167,7 @@ std::string render_metrics(const DaemonSnapshot& d, std::span<const PipelineSnap
   per_pipeline("framefuse_frames_per_second", "gauge", "Processed frames per second over the last interval.",
                [](const PipelineSnapshot& p) { return p.fps; });
   render_histogram(e, pipelines);
+  render_control(e, pipelines);
   return e.take();
 }
 

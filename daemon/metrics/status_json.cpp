@@ -8,6 +8,32 @@
 namespace framefuse::daemon {
 namespace {
 
+//! `"control":{...}` for a pipeline with control, `"control":null` otherwise.
+void append_control(std::string& out, const std::optional<ControlSnapshot>& c) {
+  if (!c) {
+    out += R"("control":null)";
+    return;
+  }
+  const auto o = std::back_inserter(out);
+  fmt::format_to(o, R"("control":{{"frames":{},"mean_luma":{},"luma_variance":{},"motion":{},)", c->frames,
+                 json_number(c->mean_luma), json_number(c->luma_variance), json_number(c->motion));
+  fmt::format_to(o, R"("black_fraction":{},"white_fraction":{},"scene_distance":{},"health":{{)",
+                 json_number(c->black_fraction), json_number(c->white_fraction), json_number(c->scene_distance));
+  for (size_t i = 0; i < c->health.size(); ++i)
+    fmt::format_to(o, "{}{}:{}", i ? "," : "", json_string(control::kHealthNames[i]), c->health[i]);
+  out += R"(},"health_events":{)";
+  for (size_t i = 0; i < c->health.size(); ++i)
+    fmt::format_to(o, "{}{}:{}", i ? "," : "", json_string(control::kHealthNames[i]), c->health_events[i]);
+  out += R"(},"outputs":[)";
+  for (size_t k = 0; k < c->outputs.size(); ++k) {
+    const auto& x = c->outputs[k];
+    fmt::format_to(o, R"({}{{"name":{},"gain":{},"mean_luma":{},"motion":{},"roi":{{"x":{},"y":{},"w":{},"h":{}}}}})",
+                   k ? "," : "", json_string(x.name), json_number(x.gain), json_number(x.mean_luma),
+                   json_number(x.motion), x.x, x.y, x.w, x.h);
+  }
+  out += "]}";
+}
+
 void append_pipeline(std::string& out, const PipelineSnapshot& p) {
   const auto o = std::back_inserter(out);
   fmt::format_to(o, R"({{"name":{},"device":{},"source":{},"state":{},)", json_string(p.name),
@@ -24,7 +50,9 @@ void append_pipeline(std::string& out, const PipelineSnapshot& p) {
                  p.last_frame_age_s < 0 ? "null" : json_number(p.last_frame_age_s), json_number(p.fps));
   fmt::format_to(o, R"("latency":{{"count":{},"sum_s":{},"mean_s":{}}},)", count, json_number(p.latency_sum_s),
                  count ? json_number(p.latency_sum_s / double(count)) : "null");
-  fmt::format_to(o, R"("frame":{},"last_error":{}}})", json_string(p.frame), json_string(redact_uri(p.last_error)));
+  fmt::format_to(o, R"("frame":{},"last_error":{},)", json_string(p.frame), json_string(redact_uri(p.last_error)));
+  append_control(out, p.control);
+  out += '}';
 }
 
 }  // namespace

@@ -30,13 +30,18 @@ inline ControlState neutral_state(int32_t num_outputs, int32_t frame_w, int32_t 
   return s;
 }
 
+//! Left (or top) edge of a window planned at `base`, moved by `d`, kept inside the frame.
+FF_HD int32_t moved_edge(int32_t base, int32_t d, int32_t size, int32_t frame) {
+  return ops::clampi(base + d, 0, frame - size);
+}
+
 //! Applies output k's control to its planned parameters `p` (not to already controlled ones): the
 //! crop window moves by (dx, dy), clamped inside the frame, and the gain scales norm.mul.
 FF_HD void apply(const ControlState& s, int k, ops::Chain::Params& p) {
   if (k >= s.num_outputs) return;
   const OutputControl& c = s.out[k];
-  p.resize.x0 = ops::clampi(p.resize.x0 + c.dx, 0, s.frame_w - p.resize.src_w);
-  p.resize.y0 = ops::clampi(p.resize.y0 + c.dy, 0, s.frame_h - p.resize.src_h);
+  p.resize.x0 = moved_edge(p.resize.x0, c.dx, p.resize.src_w, s.frame_w);
+  p.resize.y0 = moved_edge(p.resize.y0, c.dy, p.resize.src_h, s.frame_h);
   for (float& m : p.norm.mul) m *= c.gain;
 }
 

@@ -6,8 +6,9 @@
 //! previous frame's.
 //!
 //! Sums are integers over fixed-point luma, so the result does not depend on the order pixels are
-//! added in: a CPU loop (PlainAdd) and a GPU block reduction (shared-memory atomics as `Add`) give
-//! the same accumulators for the same thumbnail, and finalize() turns them into the same floats.
+//! added in: a CPU loop and a GPU block reduction (per-thread sums, warp shuffles, shared-memory
+//! atomics) give the same accumulators for the same thumbnail, and finalize() turns them into the
+//! same floats, bit for bit.
 #include <cstdint>
 
 #include "pipeline/fused/fused_params.hpp"
@@ -34,7 +35,14 @@ struct Region {
   int32_t x0, y0, x1, y1;
 };
 
-FF_HD bool contains(const Region& r, int x, int y) { return x >= r.x0 && x < r.x1 && y >= r.y0 && y < r.y1; }
+FF_HD int32_t pixel_count(const Region& r) { return (r.x1 - r.x0) * (r.y1 - r.y0); }
+
+//! The t-th pixel of a region in row-major order, t in [0, pixel_count(r)).
+FF_HD void region_pixel(const Region& r, int32_t t, int32_t& x, int32_t& y) {
+  const int32_t w = r.x1 - r.x0;
+  x = r.x0 + t % w;
+  y = r.y0 + t / w;
+}
 
 //! The thumbnail pixels under a frame rectangle (pixels of a frame_w x frame_h frame): edges
 //! rounded to the nearest thumbnail pixel edge, at least one pixel, inside the thumbnail.
@@ -69,38 +77,50 @@ FF_HD PixelSample sample_pixel(float luma, float previous, bool has_previous, in
   return {q, q >> kBinShift, q > p ? q - p : p - q, x, y};
 }
 
-//! Integer sums over the pixels of one region. Zero-initialise before accumulating.
-struct RegionAccum {
+//! Integer sums over the pixels of one region. Zero-initialise before adding.
+struct RegionSums {
   uint64_t pixels, sum, sum_sq, black, white, diff_sum;
   uint64_t moving, moving_w, moving_wx2, moving_wy2;   //!< wx2: sum of diff * (2x + 1) (pixel centres)
-  uint32_t hist[kHistBins];
 };
 
-//! `add(dst, value)` adds into a uint64_t or uint32_t accumulator: `+=` on the host, an atomic
-//! add on shared memory in a GPU block.
-struct PlainAdd {
-  template <class T, class V>
-  FF_HD void operator()(T& dst, V v) const {
-    dst += static_cast<T>(v);
-  }
-};
+//! f(field) for every field of `a` (a GPU warp reduction shuffles each one).
+template <class F>
+FF_HD void for_each_field(RegionSums& a, F&& f) {
+  f(a.pixels), f(a.sum), f(a.sum_sq), f(a.black), f(a.white), f(a.diff_sum);
+  f(a.moving), f(a.moving_w), f(a.moving_wx2), f(a.moving_wy2);
+}
 
-template <class Add>
-FF_HD void accumulate(RegionAccum& a, const PixelSample& s, const Add& add) {
-  add(a.pixels, uint64_t{1});
-  add(a.sum, uint64_t{s.q});
-  add(a.sum_sq, uint64_t{s.q} * s.q);
-  add(a.hist[s.bin], uint32_t{1});
-  if (s.bin < kBlackBins) add(a.black, uint64_t{1});
-  if (s.bin >= kHistBins - kWhiteBins) add(a.white, uint64_t{1});
-  add(a.diff_sum, uint64_t{s.diff});
+//! Adds one pixel to private (thread-local or CPU) sums.
+FF_HD void add_sample(RegionSums& a, const PixelSample& s) {
+  a.pixels += 1;
+  a.sum += s.q;
+  a.sum_sq += uint64_t{s.q} * s.q;
+  a.black += s.bin < kBlackBins ? 1 : 0;
+  a.white += s.bin >= kHistBins - kWhiteBins ? 1 : 0;
+  a.diff_sum += s.diff;
   if (s.diff >= kMovingDiffQ) {
-    add(a.moving, uint64_t{1});
-    add(a.moving_w, uint64_t{s.diff});
-    add(a.moving_wx2, uint64_t{s.diff} * uint64_t(2 * s.x + 1));
-    add(a.moving_wy2, uint64_t{s.diff} * uint64_t(2 * s.y + 1));
+    a.moving += 1;
+    a.moving_w += s.diff;
+    a.moving_wx2 += uint64_t{s.diff} * uint64_t(2 * s.x + 1);
+    a.moving_wy2 += uint64_t{s.diff} * uint64_t(2 * s.y + 1);
   }
 }
+
+//! dst += src through `add(uint64_t& dst, uint64_t v)`: `+=` on the host, an atomic add into shared
+//! memory when the warps of a GPU block merge their partial sums.
+template <class Add>
+FF_HD void merge(RegionSums& dst, const RegionSums& src, const Add& add) {
+  add(dst.pixels, src.pixels), add(dst.sum, src.sum), add(dst.sum_sq, src.sum_sq), add(dst.black, src.black);
+  add(dst.white, src.white), add(dst.diff_sum, src.diff_sum), add(dst.moving, src.moving);
+  add(dst.moving_w, src.moving_w), add(dst.moving_wx2, src.moving_wx2), add(dst.moving_wy2, src.moving_wy2);
+}
+
+//! A region's sums and luma histogram. The histogram takes one add per pixel (`++` on the host, a
+//! shared-memory atomic on the GPU).
+struct RegionAccum {
+  RegionSums sums;
+  uint32_t hist[kHistBins];
+};
 
 //! Statistics of one region of one frame. Luma and motion on the 0..1 scale.
 struct RegionStats {
@@ -118,7 +138,8 @@ struct RegionStats {
 
 //! Accumulators -> statistics. Integer numerators and one correctly rounded division each, so
 //! host and device agree bit for bit.
-FF_HD RegionStats finalize(const RegionAccum& a, const Region& r) {
+FF_HD RegionStats finalize(const RegionAccum& acc, const Region& r) {
+  const RegionSums& a = acc.sums;
   RegionStats s;
   const uint64_t n = a.pixels > 0 ? a.pixels : 1;
   const double one = double(kLumaOne);
@@ -138,7 +159,7 @@ FF_HD RegionStats finalize(const RegionAccum& a, const Region& r) {
     s.centroid_y = static_cast<float>(double(r.y0 + r.y1) / double(2 * kThumbH));
   }
   s.pixels = static_cast<uint32_t>(a.pixels);
-  for (int b = 0; b < kHistBins; ++b) s.hist[b] = a.hist[b];
+  for (int b = 0; b < kHistBins; ++b) s.hist[b] = acc.hist[b];
   return s;
 }
 

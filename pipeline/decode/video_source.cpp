@@ -1,20 +1,28 @@
 #include "pipeline/decode/video_source.hpp"
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cmath>
+#include <cstdarg>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <tuple>
 #include <spdlog/fmt/fmt.h>
+#include <spdlog/spdlog.h>
 
+#include "pipeline/decode/av_error.hpp"
+#include "pipeline/decode/cuda_device_context.hpp"
 #include "pipeline/error.hpp"
 #include "pipeline/util/redact.hpp"
 
 extern "C" {
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
+#include <libavutil/hwcontext.h>
 #include <libavutil/pixdesc.h>
 #include <libswscale/swscale.h>
 }
@@ -26,10 +34,33 @@ using Clock = std::chrono::steady_clock;
 
 int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
 
-std::string av_error(int err) {
-  char buf[AV_ERROR_MAX_STRING_SIZE] = {};
-  av_strerror(err, buf, sizeof buf);
-  return buf;
+//! `text` with every URI in it (a "scheme://..." word) passed through redact_uri().
+std::string redact_uris(std::string_view text) {
+  std::string out;
+  size_t done = 0;
+  for (size_t sep = text.find("://"); sep != std::string_view::npos; sep = text.find("://", done)) {
+    size_t begin = sep;
+    while (begin > done && (std::isalnum(static_cast<unsigned char>(text[begin - 1])) || text[begin - 1] == '+' ||
+                            text[begin - 1] == '-' || text[begin - 1] == '.'))
+      --begin;
+    const size_t end = std::min(text.find_first_of(" \t'\"", sep), text.size());
+    out.append(text.substr(done, begin - done)).append(redact_uri(text.substr(begin, end - begin)));
+    done = end;
+  }
+  return out.append(text.substr(done));
+}
+
+//! FFmpeg's own lines (warnings and worse) go to spdlog at debug level, URIs redacted: our errors
+//! already say what failed, once and rate-limited by the caller, while FFmpeg's would repeat on
+//! every reconnect, bypassing the daemon's log format. av_log_set_level() still applies.
+void forward_ffmpeg_log(void* avcl, int level, const char* format, va_list args) {
+  if (level > AV_LOG_WARNING || level > av_log_get_level() || !spdlog::should_log(spdlog::level::debug)) return;
+  thread_local int print_prefix = 1;
+  char line[1024];
+  av_log_format_line2(avcl, level, format, args, line, sizeof line, &print_prefix);
+  std::string_view text(line);
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.remove_suffix(1);
+  if (!text.empty()) spdlog::debug("ffmpeg: {}", redact_uris(text));
 }
 
 struct FormatClose {
@@ -49,6 +80,9 @@ struct SwsFree {
 };
 using FramePtr = std::unique_ptr<AVFrame, FrameFree>;
 
+//! A DecodedFrame::owner holding `f`.
+std::shared_ptr<const void> owner_of(FramePtr f) { return std::shared_ptr<const AVFrame>(std::move(f)); }
+
 //! Formats the ops read in place; others are converted (see conversion_target).
 std::optional<ops::PixelFormat> direct_format(AVPixelFormat f) {
   switch (f) {
@@ -59,6 +93,28 @@ std::optional<ops::PixelFormat> direct_format(AVPixelFormat f) {
     case AV_PIX_FMT_RGB24: return ops::PixelFormat::Rgb24;
     case AV_PIX_FMT_BGR24: return ops::PixelFormat::Bgr24;
     default: return std::nullopt;
+  }
+}
+
+//! What NVDEC outputs for a stream whose software format is `sw` (NV12 for 8-bit 4:2:0, P010 for
+//! 10-bit), when the ops read it.
+std::optional<ops::PixelFormat> nvdec_format(AVPixelFormat sw) {
+  switch (sw) {
+    case AV_PIX_FMT_YUV420P:
+    case AV_PIX_FMT_YUVJ420P: return ops::PixelFormat::Nv12;
+    case AV_PIX_FMT_YUV420P10LE: return ops::PixelFormat::P010;
+    default: return std::nullopt;
+  }
+}
+
+//! Whether this FFmpeg can decode `dec`'s codec with NVDEC on a CUDA device context.
+bool has_nvdec(const AVCodec& dec) {
+  for (int i = 0;; ++i) {
+    const AVCodecHWConfig* c = avcodec_get_hw_config(&dec, i);
+    if (!c) return false;
+    if (c->device_type == AV_HWDEVICE_TYPE_CUDA && c->pix_fmt == AV_PIX_FMT_CUDA &&
+        (c->methods & AV_CODEC_HW_CONFIG_METHOD_HW_DEVICE_CTX))
+      return true;
   }
 }
 
@@ -98,7 +154,7 @@ ops::ChromaLocation map_chroma_location(AVChromaLocation l) {
 
 struct VideoSource::Impl {
   SourceSpec spec;
-  int decoder_threads;
+  DecodeOptions opts;
   std::string context;   //!< "pipeline 'x': source '<redacted uri>'"
 
   std::unique_ptr<AVFormatContext, FormatClose> format;
@@ -110,6 +166,14 @@ struct VideoSource::Impl {
   double fps = 0;
   FrameInfo info;
   std::atomic<uint64_t> errors{0};
+
+  // Decoder choice. get_format and get_buffer run on FFmpeg's threads: state they share is atomic,
+  // or behind fatal_mu. `fatal`: why reading must stop (set where no exception may be thrown).
+  std::atomic<DecoderKind> in_use{DecoderKind::Cpu};
+  std::atomic<bool> nvdec_wanted{false};   //!< NVDEC set up at open and not given up
+  std::atomic<bool> nvdec_chosen{false};   //!< get_format picked CUDA at least once
+  std::mutex fatal_mu;
+  std::string fatal;
 
   // Conversion of formats the ops do not read; rebuilt when the key changes.
   std::unique_ptr<SwsContext, SwsFree> sws;
@@ -133,9 +197,20 @@ struct VideoSource::Impl {
   Clock::time_point pace_wall{};
   double pace_pts = 0;
 
-  Impl(SourceSpec s, const std::string& pipeline, int threads)
-      : spec(std::move(s)), decoder_threads(threads),
-        context(fmt::format("pipeline '{}': source '{}'", pipeline, redact_uri(spec.uri))) {}
+  Impl(SourceSpec s, const std::string& pipeline, DecodeOptions o)
+      : spec(std::move(s)), opts(std::move(o)),
+        context(fmt::format("pipeline '{}': source '{}'", pipeline, redact_uri(spec.uri))) {
+    static std::once_flag log_once;
+    std::call_once(log_once, [] { av_log_set_callback(&forward_ffmpeg_log); });
+  }
+
+  //! Closing an RTSP session sends TEARDOWN: bounded like any network call, and done here, while
+  //! the interruption state that interrupt_cb reads is still alive.
+  ~Impl() {
+    codec.reset();   // first: its frame threads may still call get_buffer/get_format on this object
+    arm_deadline(spec.socket_timeout);
+    format.reset();
+  }
 
   [[noreturn]] void fail(std::string_view reason) const { throw MediaError(fmt::format("{}: {}", context, reason)); }
 
@@ -150,6 +225,13 @@ struct VideoSource::Impl {
       return 1;
     }
     return 0;
+  }
+
+  //! How long one RTSP read() may wait for a frame: the stall, which the caller reports at
+  //! stall_timeout while the read still waits, is given one socket timeout more to resume (no
+  //! reconnect, no wait for the next keyframe) before the session is given up.
+  std::chrono::milliseconds read_timeout() const {
+    return spec.stall_timeout + std::chrono::ceil<std::chrono::milliseconds>(spec.socket_timeout);
   }
 
   template <class Duration>
@@ -178,7 +260,12 @@ struct VideoSource::Impl {
     AVDictionary* opts = nullptr;
     if (rtsp()) {
       av_dict_set(&opts, "rtsp_transport", spec.transport == RtspTransport::Tcp ? "tcp" : "udp", 0);
-      av_dict_set_int(&opts, "timeout", spec.socket_timeout.count(), 0);   // µs; FFmpeg >= 5 name
+      // µs, FFmpeg >= 5 name. A backstop behind our deadlines (open: socket_timeout, read:
+      // read_timeout()), which fire first and say what happened; when FFmpeg's own timeout ends a
+      // read, its parsers first hand out a stale frame, which would read as a sign of life.
+      av_dict_set_int(&opts, "timeout",
+                      std::chrono::duration_cast<std::chrono::microseconds>(read_timeout() + spec.socket_timeout).count(), 0);
+      av_dict_set(&opts, "allowed_media_types", "video", 0);               // no audio SETUP
     }
     int err = avformat_open_input(&ctx, spec.uri.c_str(), nullptr, &opts);   // frees ctx on failure
     av_dict_free(&opts);
@@ -194,7 +281,7 @@ struct VideoSource::Impl {
     deadline_ns = 0;
   }
 
-  //! The one place a decoder is chosen and opened (a hardware variant extends this).
+  //! The one place a decoder is chosen and opened.
   void open_decoder(const AVStream& st) {
     const AVCodec* dec = avcodec_find_decoder(st.codecpar->codec_id);
     if (!dec) fail(fmt::format("no decoder for codec '{}'", avcodec_get_name(st.codecpar->codec_id)));
@@ -203,11 +290,120 @@ struct VideoSource::Impl {
     int err = avcodec_parameters_to_context(codec.get(), st.codecpar);
     if (err < 0) fail(fmt::format("decoder parameters: {}", av_error(err)));
     codec->pkt_timebase = st.time_base;
-    codec->thread_count = decoder_threads;
+    codec->thread_count = opts.threads;
     // Frame threads hold frames back (one per thread); live sources prefer slice threads.
     if (rtsp()) codec->thread_type = FF_THREAD_SLICE;
+    codec->opaque = this;
+    if (opts.pool) codec->get_buffer2 = &Impl::get_buffer;
+    setup_nvdec(*dec);
     if ((err = avcodec_open2(codec.get(), dec, nullptr)) < 0)
       fail(fmt::format("cannot open the {} decoder ({})", dec->name, av_error(err)));
+  }
+
+  //! Attaches the GPU's shared CUDA device when NVDEC is wanted and can be used; otherwise the
+  //! decoder stays in software (auto) or open() fails (nvdec).
+  void setup_nvdec(const AVCodec& dec) {
+    if (opts.decoder == DecoderKind::Cpu) return;
+    std::string why;
+    if (opts.cuda_device < 0) {
+      if (opts.decoder == DecoderKind::Auto) return;   // a CPU pipeline decodes in software: no fallback
+      why = "this pipeline runs on the cpu";
+    } else if (!has_nvdec(dec)) {
+      why = fmt::format("this FFmpeg has no NVDEC hwaccel for {}", dec.name);
+    } else {
+      try {
+        codec->hw_device_ctx = cuda_decode_device(opts.cuda_device);
+        codec->get_format = &Impl::get_format;
+        nvdec_wanted = true;
+        in_use = DecoderKind::Nvdec;
+        return;
+      } catch (const MediaError& e) {
+        why = e.what();
+      }
+    }
+    if (!give_up_nvdec(why)) fail(fmt::format("decoder nvdec: {}", why));
+  }
+
+  //! NVDEC cannot be used for this stream: true when decoding goes on in software (auto; reported
+  //! to on_fallback), false when it must stop (nvdec).
+  bool give_up_nvdec(const std::string& why) {
+    nvdec_wanted = false;
+    in_use = DecoderKind::Cpu;
+    if (opts.decoder == DecoderKind::Nvdec) return false;
+    if (opts.on_fallback) opts.on_fallback(why);
+    return true;
+  }
+
+  //! Records why reading must stop, from a context that cannot throw; the first reason wins.
+  void set_fatal(std::string why) noexcept {
+    std::lock_guard lock(fatal_mu);
+    if (fatal.empty()) fatal = std::move(why);
+  }
+
+  void throw_if_fatal() {
+    std::lock_guard lock(fatal_mu);
+    if (!fatal.empty()) fail(fatal);
+  }
+
+  static AVPixelFormat get_format(AVCodecContext* c, const AVPixelFormat* formats) {
+    return static_cast<Impl*>(c->opaque)->choose_format(*c, formats);
+  }
+
+  //! CUDA when NVDEC is wanted, offered and outputs a layout the ops read; else the software
+  //! format. FFmpeg asks again, without CUDA, when the hwaccel fails to set up for the stream.
+  AVPixelFormat choose_format(const AVCodecContext& c, const AVPixelFormat* formats) noexcept {
+    bool cuda = false;
+    AVPixelFormat software = AV_PIX_FMT_NONE;
+    for (const AVPixelFormat* f = formats; *f != AV_PIX_FMT_NONE; ++f) {
+      const AVPixFmtDescriptor* d = av_pix_fmt_desc_get(*f);
+      if (*f == AV_PIX_FMT_CUDA) {
+        cuda = true;
+      } else if (software == AV_PIX_FMT_NONE && d && !(d->flags & AV_PIX_FMT_FLAG_HWACCEL)) {
+        software = *f;
+      }
+    }
+    if (!nvdec_wanted) return software;
+    if (cuda && nvdec_format(c.sw_pix_fmt)) {
+      nvdec_chosen = true;
+      return AV_PIX_FMT_CUDA;
+    }
+    const char* profile = avcodec_profile_name(c.codec_id, c.profile);
+    const char* sw = av_get_pix_fmt_name(c.sw_pix_fmt);
+    std::string why;
+    try {
+      const std::string stream =
+          fmt::format("{} {}, {}", avcodec_get_name(c.codec_id), profile ? profile : "profile ?", sw ? sw : "?");
+      why = cuda             ? fmt::format("NVDEC output for {} is not a format the ops read", stream)
+            : nvdec_chosen ? fmt::format("NVDEC failed to set up for this stream ({})", stream)
+                             : fmt::format("NVDEC cannot decode this stream ({})", stream);
+      if (give_up_nvdec(why)) return software;
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    set_fatal(fmt::format("decoder nvdec: {}", why));
+    return AV_PIX_FMT_NONE;
+  }
+
+  FramePool::Wait pool_wait() const { return {spec.stall_timeout, &interrupted}; }
+
+  std::string pool_exhausted() const {
+    return fmt::format("frame pool exhausted: all {} slots still in use after {} ms (decoder references, queued "
+                       "and in-flight frames); raise pool_frames",
+                       opts.pool->capacity(), spec.stall_timeout.count());
+  }
+
+  //! get_buffer2: pool slots (see FramePool::get_buffer2). Exceptions stop here, before FFmpeg.
+  static int get_buffer(AVCodecContext* c, AVFrame* f, int flags) {
+    auto* self = static_cast<Impl*>(c->opaque);
+    try {
+      FramePool::Status status{};
+      const int err = self->opts.pool->get_buffer2(c, f, flags, self->pool_wait(), status);
+      if (status == FramePool::Status::TimedOut) self->set_fatal(self->pool_exhausted());
+      return err;
+    } catch (const std::exception& e) {
+      self->set_fatal(fmt::format("frame pool: {}", e.what()));
+      return AVERROR(ENOMEM);
+    }
   }
 
   //! ffplay's rule: formats with discontinuous timestamps (MPEG-TS/PS) restart at byte 0, where a
@@ -251,11 +447,17 @@ struct VideoSource::Impl {
         continue;
       }
       if (err != AVERROR(EAGAIN)) {   // a frame the decoder rejected: count, go on
+        if (interrupted) return false;
+        throw_if_fatal();
         errors.fetch_add(1, std::memory_order_relaxed);
         continue;
       }
       if (input_eof) fail("decoder wants input after the end of the stream");
       err = av_read_frame(format.get(), packet.get());
+      if (err >= 0 && interrupt_cb(this)) {   // interrupted, or our deadline passed: the packet is
+        av_packet_unref(packet.get());        // the parsers' flush of a frame from before the stall
+        err = AVERROR_EXIT;
+      }
       if (err == AVERROR_EOF || (err < 0 && !rtsp() && format->pb && avio_feof(format->pb))) {
         input_eof = true;
         avcodec_send_packet(codec.get(), nullptr);   // drain
@@ -263,15 +465,16 @@ struct VideoSource::Impl {
       }
       if (err < 0) {
         if (interrupted) return false;
-        if (deadline_hit)
-          fail(fmt::format("no frame for {} ms (stalled)", spec.stall_timeout.count()));
+        if (deadline_hit) fail(fmt::format("no frame for {} ms (stalled)", read_timeout().count()));
         fail(fmt::format("read failed ({})", av_error(err)));
       }
-      if (packet->stream_index == stream_index) {
-        err = avcodec_send_packet(codec.get(), packet.get());
-        if (err < 0 && err != AVERROR(EAGAIN)) errors.fetch_add(1, std::memory_order_relaxed);
-      }
+      err = packet->stream_index == stream_index ? avcodec_send_packet(codec.get(), packet.get()) : 0;
       av_packet_unref(packet.get());
+      if (err < 0 && err != AVERROR(EAGAIN)) {
+        if (interrupted) return false;
+        throw_if_fatal();
+        errors.fetch_add(1, std::memory_order_relaxed);
+      }
     }
   }
 
@@ -303,24 +506,35 @@ struct VideoSource::Impl {
     return !sleep_cv.wait_until(lock, due, [&] { return interrupted.load(); });
   }
 
-  //! Wraps the received frame: its own reference when the ops read the format, else a conversion.
-  DecodedFrame wrap() {
+  //! Wraps the received frame: its own reference when the ops read the format (NVDEC surfaces and
+  //! pool slots included), else a conversion (into a pool slot when there is a pool). std::nullopt
+  //! when interrupted while waiting for a slot.
+  std::optional<DecodedFrame> wrap() {
     const auto pix = static_cast<AVPixelFormat>(frame->format);
     info.width = frame->width;
     info.height = frame->height;
     info.matrix = map_matrix(frame->colorspace, frame->height);
-    info.range = map_range(frame->color_range, pix);
+    info.range = map_range(frame->color_range, pix == AV_PIX_FMT_CUDA ? codec->sw_pix_fmt : pix);
     info.chroma_location = map_chroma_location(frame->chroma_location);
     FramePtr out(av_frame_alloc());
     if (!out) fail("out of memory");
-    if (const auto direct = direct_format(pix)) {
+    DecodedFrame d;
+    if (pix == AV_PIX_FMT_CUDA) {
+      const auto sw = reinterpret_cast<const AVHWFramesContext*>(frame->hw_frames_ctx->data)->sw_format;
+      if (sw != AV_PIX_FMT_NV12 && sw != AV_PIX_FMT_P010LE)
+        fail(fmt::format("NVDEC produced {} frames, which the ops do not read", av_get_pix_fmt_name(sw)));
+      info.format = sw == AV_PIX_FMT_NV12 ? ops::PixelFormat::Nv12 : ops::PixelFormat::P010;
+      d.memory = FrameMemory::Device;
+      av_frame_move_ref(out.get(), frame.get());
+    } else if (const auto direct = direct_format(pix)) {
       info.format = *direct;
+      if (opts.pool && opts.pool->owns(frame->data[0])) d.memory = opts.pool->memory();
       av_frame_move_ref(out.get(), frame.get());
     } else {
-      convert(pix, *out);
+      if (!convert(pix, *out)) return std::nullopt;
+      if (opts.pool) d.memory = opts.pool->memory();
       av_frame_unref(frame.get());
     }
-    DecodedFrame d;
     d.info = info;
     d.view.width = info.width;
     d.view.height = info.height;
@@ -330,15 +544,12 @@ struct VideoSource::Impl {
       d.view.data[i] = used ? out->data[i] : nullptr;
       d.view.pitch[i] = used ? out->linesize[i] : 0;
     }
-    AVFrame* raw = out.release();
-    d.owner = std::shared_ptr<const AVFrame>(raw, [](const AVFrame* f) {
-      auto* p = const_cast<AVFrame*>(f);
-      av_frame_free(&p);
-    });
+    d.owner = owner_of(std::move(out));
     return d;
   }
 
-  void convert(AVPixelFormat pix, AVFrame& out) {
+  //! False when interrupted while waiting for a pool slot.
+  bool convert(AVPixelFormat pix, AVFrame& out) {
     const AVPixelFormat target = conversion_target(pix);
     const int w = frame->width, h = frame->height;
     const auto key = std::make_tuple(int(pix), w, h, info.matrix, info.range);
@@ -356,33 +567,43 @@ struct VideoSource::Impl {
     out.format = target;
     out.width = w;
     out.height = h;
-    int err = av_frame_get_buffer(&out, 0);
+    int err = 0;
+    if (opts.pool) {
+      FramePool::Status status{};
+      err = opts.pool->get_frame_buffer(&out, pool_wait(), status);
+      if (status == FramePool::Status::Cancelled) return false;
+      if (status == FramePool::Status::TimedOut) fail(pool_exhausted());
+    } else {
+      err = av_frame_get_buffer(&out, 0);
+    }
     if (err < 0) fail(fmt::format("conversion buffer: {}", av_error(err)));
     err = sws_scale(sws.get(), frame->data, frame->linesize, 0, h, out.data, out.linesize);
     if (err < 0) fail(fmt::format("converting {} frame: {}", av_get_pix_fmt_name(pix), av_error(err)));
     info.format = target == AV_PIX_FMT_P010LE ? ops::PixelFormat::P010 : ops::PixelFormat::Rgb24;
+    return true;
   }
 
   std::optional<DecodedFrame> read() {
     if (!codec) fail("read before open");
     if (interrupted) return std::nullopt;
     if (spec.max_frames >= 0 && next_index >= spec.max_frames) return std::nullopt;
-    arm_deadline(spec.stall_timeout);
+    arm_deadline(read_timeout());
     if (!decode_next()) return std::nullopt;
     deadline_ns = 0;
     const double pts = frame_pts();
     ++frames_this_pass;
-    DecodedFrame d = wrap();
-    d.index = next_index++;
-    d.pts_seconds = pts;
+    std::optional<DecodedFrame> d = wrap();
+    if (!d) return std::nullopt;
+    d->index = next_index++;
+    d->pts_seconds = pts;
     if (spec.realtime && !pace(pts)) return std::nullopt;
-    d.decoded_at = Clock::now();
+    d->decoded_at = Clock::now();
     return d;
   }
 };
 
-VideoSource::VideoSource(SourceSpec spec, std::string pipeline_name, int decoder_threads)
-    : impl_(std::make_unique<Impl>(std::move(spec), pipeline_name, decoder_threads)) {}
+VideoSource::VideoSource(SourceSpec spec, std::string pipeline_name, DecodeOptions options)
+    : impl_(std::make_unique<Impl>(std::move(spec), pipeline_name, std::move(options))) {}
 
 VideoSource::~VideoSource() = default;
 
@@ -394,12 +615,32 @@ void VideoSource::interrupt() {
   impl_->interrupted = true;
   { std::lock_guard lock(impl_->sleep_mu); }   // a pacing wait sees the flag before it sleeps again
   impl_->sleep_cv.notify_all();
+  if (impl_->opts.pool) impl_->opts.pool->wake();
 }
+
+DecoderKind VideoSource::decoder() const { return impl_->in_use.load(); }
 
 double VideoSource::frame_rate() const { return impl_->fps; }
 
 FrameInfo VideoSource::frame_info() const { return impl_->info; }
 
 uint64_t VideoSource::decode_errors() const { return impl_->errors.load(std::memory_order_relaxed); }
+
+DecodedFrame to_host(const DecodedFrame& frame) {
+  if (frame.memory != FrameMemory::Device) return frame;
+  const auto* surface = static_cast<const AVFrame*>(frame.owner.get());
+  FramePtr host(av_frame_alloc());
+  if (!host) throw MediaError("out of memory");
+  if (const int err = av_hwframe_transfer_data(host.get(), surface, 0); err < 0)
+    throw MediaError(fmt::format("downloading a {} frame from the GPU: {}", describe(frame.info), av_error(err)));
+  DecodedFrame out = frame;
+  out.memory = FrameMemory::Host;
+  for (int i = 0; i < 3; ++i) {
+    out.view.data[i] = frame.view.data[i] ? host->data[i] : nullptr;
+    out.view.pitch[i] = frame.view.data[i] ? host->linesize[i] : 0;
+  }
+  out.owner = owner_of(std::move(host));
+  return out;
+}
 
 }  // namespace framefuse

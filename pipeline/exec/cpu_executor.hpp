@@ -1,18 +1,27 @@
 #pragma once
-//! The fused chain on the CPU: rows of every output of every frame are spread over a thread pool;
-//! each pixel goes through ops::Chain::pixel, the same definition the CUDA kernel runs.
+//! The fused chain on the CPU, evaluated row by row: each work item is a band of output rows of one
+//! output of one frame. Every source row a band needs is converted once (FrameReader::rgb, crop
+//! columns only), resampled horizontally with setup-time tap tables (Resize's own taps), kept in a
+//! small row cache while output rows use it, blended vertically, then windowed, ordered, normalized
+//! and stored. The float operations and their order are Resize::sample's and Chain::pixel's, so every
+//! output element is bit-identical to Chain::pixel (the definition the CUDA kernel runs). With
+//! control, frames run one at a time: control step, the rows of every output (control applied)
+//! plus the hidden thumbnail's, then the statistics step.
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
+#include "pipeline/control/control_engine.hpp"
 #include "pipeline/exec/executor.hpp"
 
 namespace framefuse {
 
-//! A fixed pool that runs `fn(i)` for i in [0, n) and waits; the caller thread works too.
+//! A fixed pool that runs `fn(i, worker)` for i in [0, n) and waits; the caller thread works too
+//! (worker 0, pool threads 1 .. threads() - 1), so per-worker scratch needs no locking.
 class ParallelFor {
  public:
   explicit ParallelFor(int threads);
@@ -21,33 +30,72 @@ class ParallelFor {
   ParallelFor& operator=(const ParallelFor&) = delete;
 
   int threads() const { return static_cast<int>(workers_.size()) + 1; }
-  void run(int64_t n, const std::function<void(int64_t)>& fn);
+  void run(int64_t n, const std::function<void(int64_t, int)>& fn);
 
  private:
-  void work(std::unique_lock<std::mutex>& lock);
+  void work(std::unique_lock<std::mutex>& lock, int worker);
   std::vector<std::jthread> workers_;
   std::mutex mu_;
   std::condition_variable cv_, done_cv_;
-  const std::function<void(int64_t)>* fn_ = nullptr;
+  const std::function<void(int64_t, int)>* fn_ = nullptr;
   int64_t next_ = 0, end_ = 0, busy_ = 0;
   uint64_t generation_ = 0;
   bool stop_ = false;
 };
 
+//! One axis of an output's resampling over the resized coordinates its window shows, [lo, hi):
+//! coordinate lo + j reads index[j * taps + t] with weight[j * taps + t], t in Resize::sample's
+//! order of accumulation. Zero weights are dropped (a zero-weight tap adds exactly +0); shorter
+//! entries are padded with weight-0 taps on their own first index.
+struct AxisTaps {
+  int32_t lo = 0, hi = 0, taps = 0;
+  std::vector<int32_t> index;
+  std::vector<float> weight;
+};
+
+//! How one output is evaluated by rows. x.index are positions in `cols`; y.index are source rows
+//! relative to the crop window, which is why control's window moves need no new tables.
+struct RowPlan {
+  AxisTaps x, y;
+  std::vector<int32_t> cols;   //!< crop-relative source columns the x taps read, ascending
+  int32_t cache_rows = 1;      //!< row cache size: the widest span of source rows one output row reads
+};
+
+//! One pool worker's row buffers (cpu_executor.cpp), sized at setup for the largest output.
+struct RowScratch;
+
 class CpuExecutor final : public Executor {
  public:
   explicit CpuExecutor(int threads);
+  ~CpuExecutor() override;
   std::string name() const override;
   void setup(const FrameInfo& frame, const ops::ColorParams& color, std::span<const OutputPlan> plans,
              int max_batch) override;
   void process(std::span<const ops::ImageView> frames, std::span<std::byte* const> outs) override;
+  void setup_control(const control::ControlParams& params) override;
+  std::optional<control::ControlRecord> control_record() const override;
 
  private:
+  struct Band {
+    int32_t output, y_begin, y_end;
+  };
+
+  //! Row plans, bands and per-worker scratch for every output in params_ (allocates).
+  void plan_rows();
+  //! Runs every row of frames [first, first + count) of every output in params_; with `control`
+  //! (count 1) its state is applied and the thumbnail goes to its buffer.
+  void run_rows(std::span<const ops::ImageView> frames, size_t first, size_t count, std::span<std::byte* const> outs,
+                control::ControlEngine* control);
+
   ParallelFor pool_;
   FrameInfo frame_{};
   ops::ColorParams color_{};
   std::vector<ops::Chain::Params> params_;
-  std::vector<int64_t> row_begin_;   //!< prefix sum of output heights: work item -> (output, row)
+  std::vector<RowPlan> rows_;          //!< per entry of params_
+  std::vector<Band> bands_;            //!< the work items of one frame
+  std::vector<RowScratch> scratch_;    //!< per pool worker
+  size_t visible_ = 0;                 //!< planned outputs; with control params_ also holds the thumbnail
+  std::optional<control::ControlEngine> control_;
 };
 
 }  // namespace framefuse

@@ -3,6 +3,8 @@
 #include <cstring>
 #include <spdlog/fmt/fmt.h>
 
+#include "pipeline/error.hpp"
+
 namespace framefuse {
 
 CudaExecutor::CudaExecutor(int index) : device_(index) {
@@ -33,6 +35,7 @@ void CudaExecutor::setup(const FrameInfo& frame, const ops::ColorParams& color, 
   copy_ = cuda::make_stream();
   compute_ = cuda::make_stream();
   uploaded_ = cuda::make_event();
+  decoded_ = cuda::make_event();
   computed_ = cuda::make_event();
   downloaded_ = cuda::make_event();
   host_in_ = cuda::alloc_pinned(frame_bytes_ * max_batch);
@@ -40,59 +43,92 @@ void CudaExecutor::setup(const FrameInfo& frame, const ops::ColorParams& color, 
   host_out_ = cuda::alloc_pinned(out_total);
   dev_out_ = cuda::alloc_device(out_total);
   fused_.setup(frame, plans, max_batch);
+  slots_.assign(size_t(max_batch), FrameSlot{});
+  dev_outs_.clear();
+  size_t offset = 0;
+  for (const size_t bytes : out_bytes_) {
+    dev_outs_.push_back(dev_out_.as() + offset);
+    offset += bytes * max_batch;
+  }
+}
+
+void CudaExecutor::setup_control(const control::ControlParams& /*params*/) {
+  throw ConfigError(fmt::format("{}: control (statistics and control loops) runs on the cpu device only for now; "
+                                "set the pipeline's device to cpu or remove its control section",
+                                name()));
 }
 
 void CudaExecutor::process(std::span<const ops::ImageView> frames, std::span<std::byte* const> outs) {
+  static constexpr std::array<FrameMemory, kMaxBatch> kHost{};   // value-initialised: FrameMemory::Host
+  process_frames(frames, std::span(kHost).first(frames.size()), outs);
+}
+
+void CudaExecutor::process_frames(std::span<const ops::ImageView> frames, std::span<const FrameMemory> memory,
+                                  std::span<std::byte* const> outs) {
   cuda::check(cudaSetDevice(device_), "cudaSetDevice");
-  // Stage tightly packed planes into pinned memory; describe the device copy of each frame.
-  std::vector<FrameSlot> slots(frames.size());
+  enqueue(frames, memory);
+  cuda::check(cudaEventSynchronize(downloaded_), "wait for outputs");
+  size_t offset = 0;
+  for (size_t k = 0; k < out_bytes_.size(); ++k) {
+    std::memcpy(outs[k], host_out_.as() + offset, out_bytes_[k] * frames.size());
+    offset += out_bytes_[k] * fused_.max_batch();
+  }
+}
+
+void CudaExecutor::enqueue(std::span<const ops::ImageView> frames, std::span<const FrameMemory> memory) {
+  bool device_frames = false;
   for (size_t b = 0; b < frames.size(); ++b) {
-    std::byte* host = host_in_.as() + b * frame_bytes_;
-    std::byte* dev = dev_in_.as() + b * frame_bytes_;
+    if (memory[b] == FrameMemory::Device) {
+      slots_[b] = {frames[b], color_};
+      device_frames = true;
+      continue;
+    }
+    // Host and Pinned frames go to slot b of dev_in_, tightly packed.
+    std::byte* const dev = dev_in_.as() + b * frame_bytes_;
+    std::byte* const staged = host_in_.as() + b * frame_bytes_;
     ops::ImageView view{};
     view.width = frame_.width;
     view.height = frame_.height;
     view.format = frame_.format;
+    size_t offset = 0;
     for (int i = 0; i < ops::plane_count(frame_.format); ++i) {
       const auto s = ops::plane_shape(frame_.format, frame_.width, frame_.height, i);
-      for (int r = 0; r < s.rows; ++r)
-        std::memcpy(host + size_t(r) * s.row_bytes, frames[b].data[i] + size_t(r) * frames[b].pitch[i], s.row_bytes);
-      view.data[i] = reinterpret_cast<const uint8_t*>(dev);
+      const uint8_t* src = frames[b].data[i];
+      if (memory[b] == FrameMemory::Pinned) {
+        cuda::check(cudaMemcpy2DAsync(dev + offset, s.row_bytes, src, frames[b].pitch[i], s.row_bytes, s.rows,
+                                      cudaMemcpyHostToDevice, copy_),
+                    "upload pinned frame");
+      } else {
+        for (int r = 0; r < s.rows; ++r)
+          std::memcpy(staged + offset + size_t(r) * s.row_bytes, src + size_t(r) * frames[b].pitch[i], s.row_bytes);
+      }
+      view.data[i] = reinterpret_cast<const uint8_t*>(dev + offset);
       view.pitch[i] = s.row_bytes;
-      host += size_t(s.row_bytes) * s.rows;
-      dev += size_t(s.row_bytes) * s.rows;
+      offset += size_t(s.row_bytes) * s.rows;
     }
-    slots[b] = {view, color_};
+    if (memory[b] == FrameMemory::Host)
+      cuda::check(cudaMemcpyAsync(dev, staged, frame_bytes_, cudaMemcpyHostToDevice, copy_), "upload frame");
+    slots_[b] = {view, color_};
   }
-  std::vector<void*> dev_outs(out_bytes_.size());
-  size_t offset = 0;
-  for (size_t k = 0; k < out_bytes_.size(); ++k) {
-    dev_outs[k] = dev_out_.as() + offset;
-    offset += out_bytes_[k] * fused_.max_batch();
-  }
-  fused_.set_batch(slots, dev_outs);
+  fused_.set_batch(std::span(slots_).first(frames.size()), dev_outs_);
 
-  cuda::check(cudaMemcpyAsync(dev_in_.as(), host_in_.as(), frame_bytes_ * frames.size(), cudaMemcpyHostToDevice, copy_),
-              "upload frames");
   cuda::check(cudaEventRecord(uploaded_, copy_), "cudaEventRecord");
   cuda::check(cudaStreamWaitEvent(compute_, uploaded_, 0), "cudaStreamWaitEvent");
+  if (device_frames) {   // FFmpeg's NVDEC copies its output on the legacy default stream
+    cuda::check(cudaEventRecord(decoded_, cudaStreamLegacy), "cudaEventRecord");
+    cuda::check(cudaStreamWaitEvent(compute_, decoded_, 0), "cudaStreamWaitEvent");
+  }
   fused_.run(compute_);
-  cuda::check(cudaEventRecord(computed_, compute_), "cudaEventRecord");
+  cuda::check(cudaEventRecord(computed_, compute_), "cudaEventRecord");   // frame memory is free from here
   cuda::check(cudaStreamWaitEvent(copy_, computed_, 0), "cudaStreamWaitEvent");
-  offset = 0;
+  size_t offset = 0;
   for (size_t k = 0; k < out_bytes_.size(); ++k) {
-    cuda::check(cudaMemcpyAsync(host_out_.as() + offset, dev_outs[k], out_bytes_[k] * frames.size(),
+    cuda::check(cudaMemcpyAsync(host_out_.as() + offset, dev_outs_[k], out_bytes_[k] * frames.size(),
                                 cudaMemcpyDeviceToHost, copy_),
                 "download outputs");
     offset += out_bytes_[k] * fused_.max_batch();
   }
   cuda::check(cudaEventRecord(downloaded_, copy_), "cudaEventRecord");
-  cuda::check(cudaEventSynchronize(downloaded_), "wait for outputs");
-  offset = 0;
-  for (size_t k = 0; k < out_bytes_.size(); ++k) {
-    std::memcpy(outs[k], host_out_.as() + offset, out_bytes_[k] * frames.size());
-    offset += out_bytes_[k] * fused_.max_batch();
-  }
 }
 
 }  // namespace framefuse

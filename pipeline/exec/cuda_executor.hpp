@@ -1,7 +1,12 @@
 #pragma once
-//! The fused chain on one CUDA device. Per batch: frames are staged into pinned memory and copied
-//! on the copy stream; the compute stream waits on that event, runs the fused launch, and the copy
-//! stream brings outputs back after the kernel's event. process() waits for the outputs (host sinks).
+//! The fused chain on one CUDA device. Per batch, by where each frame is (FrameMemory): Host frames
+//! are staged into pinned memory and copied on the copy stream, Pinned frames are copied straight
+//! from the frame (cudaMemcpy2DAsync), Device frames (NVDEC surfaces) are read in place by the
+//! kernel. The compute stream waits for the uploads (and, for Device frames, for NVDEC's copies on
+//! the legacy default stream), runs the fused launch and records `computed_`: from that event on
+//! no frame memory is read, which is when an asynchronous caller could release the frames. The
+//! copy stream brings outputs back after it; process() waits for them (host sinks).
+#include <array>
 #include <vector>
 
 #include "pipeline/cuda/cuda_raii.hpp"
@@ -17,9 +22,18 @@ class CudaExecutor final : public Executor {
   std::string name() const override;
   void setup(const FrameInfo& frame, const ops::ColorParams& color, std::span<const OutputPlan> plans,
              int max_batch) override;
+  //! All frames Host (process_frames with FrameMemory::Host each).
   void process(std::span<const ops::ImageView> frames, std::span<std::byte* const> outs) override;
+  void process_frames(std::span<const ops::ImageView> frames, std::span<const FrameMemory> memory,
+                      std::span<std::byte* const> outs) override;
+  //! Not yet on this backend: throws ConfigError (the control kernels land with the graph engine).
+  void setup_control(const control::ControlParams& params) override;
+  std::optional<control::ControlRecord> control_record() const override { return std::nullopt; }
 
  private:
+  //! Enqueues uploads, the launch and the output download of one batch; waits for nothing.
+  void enqueue(std::span<const ops::ImageView> frames, std::span<const FrameMemory> memory);
+
   int device_;
   std::string device_name_;
   FrameInfo frame_{};
@@ -27,9 +41,11 @@ class CudaExecutor final : public Executor {
   size_t frame_bytes_ = 0;
   std::vector<size_t> out_bytes_;   //!< per output, per frame
   cuda::Stream copy_, compute_;
-  cuda::Event uploaded_, computed_, downloaded_;
+  cuda::Event uploaded_, decoded_, computed_, downloaded_;
   cuda::PinnedBuffer host_in_, host_out_;
   cuda::DeviceBuffer dev_in_, dev_out_;
+  std::vector<FrameSlot> slots_;   //!< per batch frame, max_batch of them
+  std::vector<void*> dev_outs_;    //!< per output: its tensor of frame 0 in dev_out_
   FusedPreprocess fused_;
 };
 

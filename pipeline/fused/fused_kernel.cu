@@ -4,6 +4,8 @@
 namespace framefuse {
 namespace {
 
+constexpr int kStageThreads = 512;
+
 //! Block-cooperative copy of a POD from global to shared memory, one 4-byte word per thread.
 template <class T>
 __device__ __forceinline__ void copy_to_shared(T& dst, const T& src) {
@@ -12,12 +14,24 @@ __device__ __forceinline__ void copy_to_shared(T& dst, const T& src) {
     reinterpret_cast<uint32_t*>(&dst)[threadIdx.x] = reinterpret_cast<const uint32_t*>(&src)[threadIdx.x];
 }
 
+// Blocks per multiprocessor the compiler must allow for, which caps registers per thread. sm_90
+// (H200), classify / detect / three outputs at batch 16 (tests/bench/RESULTS.md): uncapped (64-68
+// registers, 50 % occupancy) 1.71 / 7.84 / 9.89 us per frame; 5 blocks (48) 1.39 / 6.04 / 8.11;
+// 6 blocks (40, small spills) 1.37 / 5.73 / 7.51; 8 blocks (32, heavy spills) slower on classify.
+// Other architectures keep the compiler's choice (not measured).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900
+#define FF_FUSED_MIN_BLOCKS 6
+#else
+#define FF_FUSED_MIN_BLOCKS 1
+#endif
+
 //! One block = one tile of one output of one frame. The prologue has two dependent global reads
 //! (which output, then its parameters staged in shared memory); after that each thread runs
 //! Chain::pixel for R pixels of its column, kBlockRows rows apart, so a warp always covers 32
 //! consecutive pixels of a row (coalesced source taps and stores).
 template <ops::PixelFormat F, int R>
-__global__ void __launch_bounds__(kBlockThreads) fused_kernel(const FusedParams* __restrict__ params) {
+__global__ void __launch_bounds__(kBlockThreads, FF_FUSED_MIN_BLOCKS)
+    fused_kernel(const FusedParams* __restrict__ params) {
   __shared__ ops::Chain::Params out;
   __shared__ FrameSlot slot;
   const int b = static_cast<int>(blockIdx.y);
@@ -40,6 +54,13 @@ __global__ void __launch_bounds__(kBlockThreads) fused_kernel(const FusedParams*
     const int y = y0 + i * kBlockRows;
     if (y < out.store.height) ops::Chain::pixel(src, out, b, x, y);
   }
+}
+
+//! Copies the parameter block from pinned host memory (device-readable under UVA) to its device
+//! copy: one block, 16-byte words, so the read crosses the bus once.
+__global__ void __launch_bounds__(kStageThreads) stage_params(const uint4* __restrict__ host,
+                                                              uint4* __restrict__ device, int words) {
+  for (int i = static_cast<int>(threadIdx.x); i < words; i += kStageThreads) device[i] = host[i];
 }
 
 //! Calls fn(kernel) with the instantiation for `format` and `rows_per_thread`.
@@ -66,6 +87,13 @@ cudaError_t launch_fused(ops::PixelFormat format, int rows_per_thread, const Fus
         params);
     return cudaGetLastError();
   });
+}
+
+cudaError_t stage_fused_params(const void* host, void* device, size_t bytes, cudaStream_t stream) {
+  if (bytes == 0 || bytes % 16 != 0) return cudaErrorInvalidValue;
+  stage_params<<<1, kStageThreads, 0, stream>>>(static_cast<const uint4*>(host), static_cast<uint4*>(device),
+                                                static_cast<int>(bytes / 16));
+  return cudaGetLastError();
 }
 
 cudaError_t fused_blocks_per_sm(ops::PixelFormat format, int rows_per_thread, int* blocks) {

@@ -1,7 +1,7 @@
 #pragma once
-//! The device parameter block of one fused launch. It lives in device memory and is refreshed by a
-//! copy from pinned host memory enqueued before the kernel, so a captured graph replays unchanged
-//! while frames, crop windows or gains vary. POD, no CUDA types.
+//! The device parameter block of one fused launch. It lives in device memory and is refreshed from
+//! pinned host memory by a staging kernel enqueued before the fused kernel, so a captured graph
+//! replays unchanged while frames, crop windows or gains vary. POD, no CUDA types.
 #include <cstddef>
 #include <cstdint>
 
@@ -34,9 +34,10 @@ struct FusedParams {
   FrameSlot frames[kMaxBatch];              //!< last: only the first max_batch are uploaded
 };
 
-//! Bytes of the parameter block a launch of up to `max_batch` frames reads (the upload size).
+//! Bytes of the parameter block a launch of up to `max_batch` frames reads, rounded up to the
+//! 16-byte words the upload moves (the staging and device copies are at least this large).
 constexpr size_t params_bytes(int max_batch) {
-  return offsetof(FusedParams, frames) + sizeof(FrameSlot) * static_cast<size_t>(max_batch);
+  return (offsetof(FusedParams, frames) + sizeof(FrameSlot) * static_cast<size_t>(max_batch) + 15) / 16 * 16;
 }
 
 //! Fills the tiling fields of `p` from its outputs' sizes for tiles of kBlockRows * rows_per_thread

@@ -1,6 +1,7 @@
 #include "pipeline/fused/fused_preprocess.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <spdlog/fmt/fmt.h>
 
@@ -35,10 +36,11 @@ void FusedPreprocess::setup(const FrameInfo& frame, std::span<const OutputPlan> 
   if (rows_per_thread != 0 &&
       std::find(std::begin(kRowsPerThreadChoices), std::end(kRowsPerThreadChoices), rows_per_thread) ==
           std::end(kRowsPerThreadChoices))
-    throw ConfigError(fmt::format("fused launch: rows_per_thread must be 0 (auto), 1, 2 or 4, got {}", rows_per_thread));
+    throw ConfigError(
+        fmt::format("fused launch: rows_per_thread must be 0 (auto), 1, 2 or 4, got {}", rows_per_thread));
   format_ = frame.format;
   max_batch_ = max_batch;
-  staging_ = cuda::alloc_pinned(sizeof(FusedParams));
+  staging_ = cuda::alloc_pinned(std::max(sizeof(FusedParams), params_bytes(kMaxBatch)));
   device_ = cuda::alloc_device(params_bytes(max_batch));
   FusedParams& p = *staging_.as<FusedParams>();
   std::memset(&p, 0, sizeof(p));
@@ -52,13 +54,19 @@ void FusedPreprocess::set_batch(std::span<const FrameSlot> frames, std::span<voi
   FusedParams& p = *staging_.as<FusedParams>();
   if (frames.empty() || frames.size() > size_t(max_batch_) || outs.size() != size_t(p.num_outputs))
     throw ConfigError("fused launch: batch or output count differs from setup()");
+  for (size_t k = 0; k < outs.size(); ++k) {
+    const int element = ops::dtype_size(p.outputs[k].store.dtype);
+    if (reinterpret_cast<uintptr_t>(outs[k]) % uintptr_t(element) != 0)
+      throw ConfigError(fmt::format("fused launch: output {} tensor at {} is not aligned to its {}-byte elements", k,
+                                    outs[k], element));
+  }
   p.num_frames = static_cast<int32_t>(frames.size());
   std::copy(frames.begin(), frames.end(), p.frames);
   for (size_t k = 0; k < outs.size(); ++k) p.outputs[k].store.data = outs[k];
 }
 
 void FusedPreprocess::run(cudaStream_t stream) const {
-  cuda::check(cudaMemcpyAsync(device_.as(), staging_.as(), params_bytes(max_batch_), cudaMemcpyHostToDevice, stream),
+  cuda::check(stage_fused_params(staging_.as(), device_.as(), params_bytes(max_batch_), stream),
               "upload fused parameters");
   cuda::check(launch_fused(format_, rows_per_thread_, device_.as<FusedParams>(), tiles_, max_batch_, stream),
               "fused kernel launch");

@@ -1,7 +1,8 @@
 #pragma once
 //! Setup/run wrapper of the fused kernel (CUB/DALI contract): setup() allocates the device parameter
 //! block and its pinned staging; set_batch() fills the staging on the host; run(stream) enqueues the
-//! block's upload and the one kernel launch, never allocating or synchronising (graph-capturable).
+//! block's upload (a one-block staging kernel reading the pinned copy) and the fused kernel, never
+//! allocating or synchronising (graph-capturable: replays re-read the staging).
 #include <span>
 
 #include "pipeline/cuda/cuda_raii.hpp"
@@ -18,11 +19,14 @@ class FusedPreprocess {
   void setup(const FrameInfo& frame, std::span<const OutputPlan> plans, int max_batch, int rows_per_thread = 0);
 
   //! Points the next run at `frames` (device views) and `outs` (device tensors of frame 0, one per
-  //! output; frame b at + b * bytes_per_frame). Host-only. The caller must not call it again before
-  //! the previous run's upload has executed (wait on an event recorded after run()).
+  //! output, aligned to their element size; frame b at + b * bytes_per_frame). Host-only; throws
+  //! ConfigError for a batch larger than setup's, another output count, or a misaligned tensor.
+  //! The caller must not call it again before the previous run's upload has executed (wait on an
+  //! event recorded after run()).
   void set_batch(std::span<const FrameSlot> frames, std::span<void* const> outs);
 
-  //! Enqueues upload of the parameter block (params_bytes(max_batch)) + the fused kernel on `stream`.
+  //! Enqueues the upload of the parameter block (params_bytes(max_batch)) and the fused kernel on
+  //! `stream`: two kernels.
   void run(cudaStream_t stream) const;
 
   int max_batch() const { return max_batch_; }

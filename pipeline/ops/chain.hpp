@@ -10,6 +10,9 @@ namespace framefuse::ops {
 
 enum class Channels : uint8_t { Rgb, Bgr, Gray };
 
+//! Luma of an RGB pixel with cv::COLOR_RGB2GRAY weights.
+FF_HD float rgb_to_gray(Vec3 v) { return 0.299f * v.x + 0.587f * v.y + 0.114f * v.z; }
+
 struct Chain {
   //! Everything one output needs, by value. Output pixel (x, y) shows resized pixel
   //! (x + off_x, y + off_y); outside the resized image it is `pad` (pixel units, normalized too).
@@ -45,8 +48,8 @@ struct Chain {
         Store::apply(st, x, y, 1, Normalize::apply(v.y, 1, p.norm));
         Store::apply(st, x, y, 2, Normalize::apply(v.x, 2, p.norm));
         break;
-      case Channels::Gray:   // cv::COLOR_RGB2GRAY weights
-        Store::apply(st, x, y, 0, Normalize::apply(0.299f * v.x + 0.587f * v.y + 0.114f * v.z, 0, p.norm));
+      case Channels::Gray:
+        Store::apply(st, x, y, 0, Normalize::apply(rgb_to_gray(v), 0, p.norm));
         break;
     }
   }

@@ -41,21 +41,29 @@ struct FrameReader {
   ImageView img;
   ColorParams color;
 
+  static constexpr bool kYuv = F != PixelFormat::Rgb24 && F != PixelFormat::Bgr24;
+
   FF_HD Vec3 rgb(int x, int y) const {
-    if constexpr (F == PixelFormat::Rgb24 || F == PixelFormat::Bgr24) {
+    if constexpr (!kYuv) {
       const uint8_t* p = img.data[0] + static_cast<int64_t>(y) * img.pitch[0] + 3 * x;
       Vec3 v{float(p[0]), float(p[1]), float(p[2])};
       if constexpr (F == PixelFormat::Bgr24) return {v.z, v.y, v.x};
       return v;
     } else {
-      float u, v;
-      if (color.upsample == ChromaUpsample::Nearest) {
-        chroma_at(x >> 1, y >> 1, u, v);
-      } else {
-        chroma_linear(x, y, u, v);
-      }
-      return YuvToRgb::apply(luma(x, y), u, v, color.yuv);
+      float l, u, v;
+      yuv(x, y, l, u, v);
+      return YuvToRgb::apply(l, u, v, color.yuv);
     }
+  }
+
+  //! The samples rgb() converts at pixel (x, y) of a YUV format: luma and upsampled chroma.
+  FF_HD void yuv(int x, int y, float& l, float& u, float& v) const {
+    if (color.upsample == ChromaUpsample::Nearest) {
+      chroma_at(x >> 1, y >> 1, u, v);
+    } else {
+      chroma_linear(x, y, u, v);
+    }
+    l = luma(x, y);
   }
 
   FF_HD float luma(int x, int y) const {

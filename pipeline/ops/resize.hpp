@@ -15,8 +15,8 @@ enum class Interp : uint8_t { Nearest, Linear, Area, AreaBox, AreaUp };
 struct Resize {
   //! Maps a crop window of the source (x0, y0, w, h) onto a virtual image of dst_w x dst_h.
   //! Scales are double, computed as cv::resize does (inv = dst / src, scale = 1 / inv): nearest and
-  //! area-up floor `d * scale`, and float there picks a different pixel where d * src / dst is
-  //! (nearly) an integer.
+  //! area-up floor `d * scale`, and where d * src / dst is an integer OpenCV's double product can
+  //! land just below it; float or exact arithmetic would then pick the next source pixel.
   struct Params {
     int32_t x0, y0, src_w, src_h;   //!< crop window in source pixels
     int32_t dst_w, dst_h;           //!< size of the virtual resized image

@@ -13,6 +13,8 @@ extern "C" {
 #include <libswscale/swscale.h>
 }
 
+#include "pipeline/decode/av_error.hpp"
+#include "pipeline/decode/video_source.hpp"
 #include "pipeline/error.hpp"
 #include "pipeline/exec/executor.hpp"
 
@@ -31,12 +33,6 @@ struct PacketFree {
 struct SwsFree {
   void operator()(SwsContext* s) const { sws_freeContext(s); }
 };
-
-std::string av_error(int err) {
-  char buf[AV_ERROR_MAX_STRING_SIZE] = {};
-  av_strerror(err, buf, sizeof buf);
-  return buf;
-}
 
 void check(int err, const char* what) {
   if (err < 0) throw MediaError(fmt::format("jpeg encoder: {} failed: {}", what, av_error(err)));
@@ -66,7 +62,8 @@ RgbImage preview_rgb(const DecodedFrame& frame, int32_t max_width) {
   exec->setup(info, make_color_params(ColorSpec{}, info), std::span(&plan, 1), 1);
   RgbImage img{plan.width(), plan.height(), std::vector<uint8_t>(plan.bytes_per_frame)};
   std::byte* out = reinterpret_cast<std::byte*>(img.pixels.data());
-  exec->process(std::span(&frame.view, 1), std::span(&out, 1));
+  const DecodedFrame host = to_host(frame);   // NVDEC frames are downloaded first
+  exec->process(std::span(&host.view, 1), std::span(&out, 1));
   return img;
 }
 

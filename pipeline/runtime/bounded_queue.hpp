@@ -38,6 +38,19 @@ class BoundedQueue {
     return dropped;
   }
 
+  //! Never waits: discards the oldest item, if any (destroyed outside the lock). True if one was.
+  bool drop_oldest() {
+    std::optional<T> oldest;
+    {
+      std::lock_guard lock(mu_);
+      if (items_.empty()) return false;
+      oldest.emplace(std::move(items_.front()));
+      items_.pop_front();
+      not_full_.notify_one();
+    }
+    return true;
+  }
+
   //! Waits for an item; std::nullopt once closed and drained.
   std::optional<T> pop() {
     std::unique_lock lock(mu_);

@@ -6,19 +6,40 @@
 #include <random>
 #include <vector>
 
+#include "pipeline/control/control_engine.hpp"
 #include "pipeline/decode/video_source.hpp"
 #include "pipeline/error.hpp"
 #include "pipeline/exec/device.hpp"
 #include "pipeline/runtime/bounded_queue.hpp"
 #include "pipeline/sinks/sink.hpp"
+#include "pipeline/util/log_limiter.hpp"
 #include "pipeline/util/redact.hpp"
 
 namespace framefuse {
 
 namespace {
-int64_t steady_ns(std::chrono::steady_clock::time_point t) {
+using Clock = std::chrono::steady_clock;
+
+int64_t steady_ns(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
+
+//! The stall watchdog looks at a live source at least this often.
+constexpr auto kWatchdogTick = std::chrono::milliseconds(250);
+
+//! Logs `line` unless `limiter` holds back this repeat of `key`; a summary says how many there were.
+void log_limited(LogLimiter& limiter, spdlog::level::level_enum level, std::string_view key, std::string_view line) {
+  if (const auto v = limiter.admit(key); v.show) {
+    if (v.repeats > 1) {
+      spdlog::log(level, "{} (repeated {} times)", line, v.repeats);
+    } else {
+      spdlog::log(level, "{}", line);
+    }
+  }
+}
+
+//! Frame rate control durations (seconds -> frames) assume when the stream does not state one.
+constexpr double kAssumedFrameRate = 25;
 }  // namespace
 
 struct PipelineRunner::Impl {
@@ -29,7 +50,13 @@ struct PipelineRunner::Impl {
   bool stop = false;
   std::mutex source_mu;
   VideoSource* source = nullptr;   //!< the open source, for interrupt(); guarded by source_mu
-  std::jthread decode_thread, process_thread;
+  std::atomic<double> frame_rate{0};   //!< the open source's frame rate (0 = unknown), for control
+  //! Live sources: steady_ns() of the last frame, or of the open if none came since. Published
+  //! before the state becomes Streaming (release fence), read after it (acquire fence).
+  std::atomic<int64_t> activity_ns{0};
+  bool decoding = true;   //!< false once the decode thread ended; guarded by stop_mu
+  LogLimiter log;         //!< supervision lines: repeats at most every 30 s
+  std::jthread decode_thread, process_thread, watchdog_thread;
 };
 
 PipelineRunner::PipelineRunner(PipelineSpec spec, DeviceSpec device, int cpu_threads)
@@ -59,35 +86,95 @@ void PipelineRunner::request_stop() {
 void PipelineRunner::join() {
   if (impl_->decode_thread.joinable()) impl_->decode_thread.join();
   if (impl_->process_thread.joinable()) impl_->process_thread.join();
+  if (impl_->watchdog_thread.joinable()) impl_->watchdog_thread.join();
+}
+
+void PipelineRunner::setup_control(Executor& executor, const FrameInfo& frame, std::span<const OutputPlan> plans) {
+  std::vector<std::string> names;
+  if (spec_.control.enabled) {
+    double fps = impl_->frame_rate.load(std::memory_order_relaxed);
+    if (!(fps > 0)) {
+      fps = kAssumedFrameRate;
+      spdlog::warn("pipeline '{}': the stream states no frame rate; control durations assume {} fps", spec_.name, fps);
+    }
+    executor.setup_control(
+        control::make_control_params(spec_.control, frame, plans, fps, fmt::format("pipeline '{}'", spec_.name)));
+    for (const auto& p : plans) names.push_back(p.name);
+  }
+  stats_.set_control_outputs(std::move(names));
 }
 
 void PipelineRunner::start() {
   const std::string uri = redact_uri(spec_.source.uri);
   const bool live = spec_.source.kind == SourceKind::Rtsp;
 
-  // Decode: open (and for live sources reconnect with capped, jittered exponential backoff),
-  // read frames, queue them. Files block when the queue is full; live sources drop the oldest.
-  impl_->decode_thread = std::jthread([this, uri, live] {
+  // Decode buffers, shared by every (re)connection: software frames decode into the pool's slots
+  // (pinned on CUDA devices). When it runs dry, files wait and live sources drop the oldest frame.
+  DecodeOptions decode;
+  decode.decoder = spec_.decoder;
+  decode.cuda_device = device_.kind == DeviceKind::Cuda ? device_.index : -1;
+  const int pool_frames = spec_.pool_frames > 0 ? spec_.pool_frames : default_pool_frames(spec_.queue_depth, 0, !live);
+  decode.pool = FramePool::create(pool_frames, decode.cuda_device);
+  if (live) {
+    decode.pool->set_drop_oldest([this] {
+      if (!impl_->queue.drop_oldest()) return false;
+      stats_.drop(DropReason::PoolExhausted);
+      return true;
+    });
+  }
+  stats_.pool_capacity.store(decode.pool->capacity(), std::memory_order_relaxed);
+  decode.on_fallback = [this, warned = std::make_shared<std::atomic<bool>>(false)](const std::string& why) {
+    stats_.nvdec_fallbacks.fetch_add(1, std::memory_order_relaxed);
+    stats_.set_decoder("cpu");
+    if (!warned->exchange(true)) spdlog::warn("pipeline '{}': {}; decoding in software", spec_.name, why);
+  };
+
+  // Decode: open, read frames, queue them. Files block when the queue is full; live sources drop
+  // the oldest and are supervised: any failure (a stalled session given up, the server gone or
+  // refusing) reconnects after a capped, jittered, exponential backoff, until max_reconnects
+  // reconnects in a row brought no frame. Repeated failures are logged at most every 30 s.
+  impl_->decode_thread = std::jthread([this, uri, live, decode] {
     std::mt19937 rng(std::random_device{}());
     auto backoff = spec_.source.reconnect_initial;
-    int attempts = 0;
+    int failed = 0;                                // reconnects since the last frame
+    std::optional<Clock::time_point> down_since;   // live: when the current outage began
     auto stopping = [this] {
       std::lock_guard lock(impl_->stop_mu);
       return impl_->stop;
     };
     while (!stopping()) {
-      VideoSource source(spec_.source, spec_.name);
+      VideoSource source(spec_.source, spec_.name, decode);
       {
         std::lock_guard lock(impl_->source_mu);
         impl_->source = &source;
       }
+      if (stopping()) source.interrupt();   // stop came before the source could be interrupted
       bool ended = false;
+      std::string error;
       try {
         stats_.set_state(SourceState::Connecting);
         source.open();
+        stats_.set_decoder(source.decoder() == DecoderKind::Nvdec ? "nvdec" : "cpu");
+        impl_->frame_rate.store(source.frame_rate(), std::memory_order_relaxed);   // published by the queue push
+        impl_->activity_ns.store(steady_ns(Clock::now()), std::memory_order_relaxed);
+        std::atomic_thread_fence(std::memory_order_release);
         stats_.set_state(SourceState::Streaming);
-        backoff = spec_.source.reconnect_initial;
         while (auto frame = source.read()) {
+          impl_->activity_ns.store(steady_ns(frame->decoded_at), std::memory_order_relaxed);
+          if (live) {
+            auto stalled = static_cast<uint8_t>(SourceState::Stalled);
+            if (stats_.state.compare_exchange_strong(stalled, static_cast<uint8_t>(SourceState::Streaming)))
+              log_limited(impl_->log, spdlog::level::info, "resumed", fmt::format("pipeline '{}': source '{}': frames again after a stall", spec_.name, uri));
+            if (down_since) {
+              log_limited(impl_->log, spdlog::level::info, "recovered",
+                          fmt::format("pipeline '{}': source '{}': streaming again after {:.1f} s and {} reconnect(s)",
+                                      spec_.name, uri, std::chrono::duration<double>(Clock::now() - *down_since).count(),
+                                      failed));
+              down_since.reset();
+              failed = 0;
+              backoff = spec_.source.reconnect_initial;
+            }
+          }
           stats_.frames_decoded.fetch_add(1, std::memory_order_relaxed);
           stats_.last_frame_ns.store(steady_ns(frame->decoded_at), std::memory_order_relaxed);
           {
@@ -100,13 +187,12 @@ void PipelineRunner::start() {
             break;
           }
           stats_.queue_depth.store(static_cast<int64_t>(impl_->queue.size()), std::memory_order_relaxed);
+          stats_.pool_in_use.store(decode.pool->in_use(), std::memory_order_relaxed);
         }
-        ended = true;
+        ended = true;   // end of file, max_frames, or stop
       } catch (const std::exception& e) {
-        if (!stopping()) {
-          stats_.set_error(e.what());
-          spdlog::error("{}", e.what());
-        }
+        error = e.what();   // one line, URI redacted
+        if (!stopping()) stats_.set_error(error);
       }
       stats_.decode_errors.store(source.decode_errors(), std::memory_order_relaxed);
       {
@@ -114,33 +200,63 @@ void PipelineRunner::start() {
         impl_->source = nullptr;
       }
       if (stopping()) break;
-      if (!live) {
+      if (ended || !live) {
+        if (!ended) spdlog::error("{}", error);
         stats_.set_state(ended ? SourceState::Finished : SourceState::Failed);
         break;
       }
-      if (spec_.source.max_reconnects >= 0 && attempts >= spec_.source.max_reconnects) {
+      if (!down_since) down_since = Clock::now();
+      if (spec_.source.max_reconnects >= 0 && failed >= spec_.source.max_reconnects) {
         stats_.set_state(SourceState::Failed);
-        spdlog::error("pipeline '{}': source {} gave up after {} reconnects", spec_.name, uri, attempts);
+        spdlog::error("{}; giving up after {} reconnect(s) without a frame", error, failed);
         break;
       }
       stats_.set_state(SourceState::Backoff);
       const auto wait = std::chrono::milliseconds(
           std::uniform_int_distribution<int64_t>(backoff.count() / 2, backoff.count())(rng));
-      spdlog::warn("pipeline '{}': reconnecting to {} in {} ms", spec_.name, uri, wait.count());
+      log_limited(impl_->log, spdlog::level::warn, error, fmt::format("{}; reconnecting in {} ms", error, wait.count()));
       {
         std::unique_lock lock(impl_->stop_mu);
-        impl_->stop_cv.wait_for(lock, wait, [this] { return impl_->stop; });
+        if (impl_->stop_cv.wait_for(lock, wait, [this] { return impl_->stop; })) break;
       }
       backoff = std::min(backoff * 2, spec_.source.reconnect_max);
-      ++attempts;
+      ++failed;
       stats_.reconnects.fetch_add(1, std::memory_order_relaxed);
     }
+    {
+      std::lock_guard lock(impl_->stop_mu);
+      impl_->decoding = false;
+    }
+    impl_->stop_cv.notify_all();
     impl_->queue.close();
   });
 
+  // Stall watchdog (live sources): no frame for stall_timeout while streaming flips the state to
+  // Stalled while the read still waits; the decode thread flips it back on the next frame, or
+  // reconnects once the source gives the stalled session up.
+  if (live) {
+    impl_->watchdog_thread = std::jthread([this, uri] {
+      const int64_t stall_ns = std::chrono::nanoseconds(spec_.source.stall_timeout).count();
+      const std::string line = fmt::format("pipeline '{}': source '{}': no frame for {} ms: stalled", spec_.name,
+                                           uri, spec_.source.stall_timeout.count());
+      std::unique_lock lock(impl_->stop_mu);
+      while (!impl_->stop_cv.wait_for(lock, std::min<Clock::duration>(kWatchdogTick, spec_.source.stall_timeout),
+                                      [this] { return impl_->stop || !impl_->decoding; })) {
+        auto streaming = static_cast<uint8_t>(SourceState::Streaming);
+        if (stats_.state.load(std::memory_order_relaxed) != streaming) continue;
+        std::atomic_thread_fence(std::memory_order_acquire);
+        if (steady_ns(Clock::now()) - impl_->activity_ns.load(std::memory_order_relaxed) < stall_ns) continue;
+        if (!stats_.state.compare_exchange_strong(streaming, static_cast<uint8_t>(SourceState::Stalled))) continue;
+        lock.unlock();
+        log_limited(impl_->log, spdlog::level::warn, line, line);
+        lock.lock();
+      }
+    });
+  }
+
   // Process: (re)plan on the first frame and on any change of frame shape/format, run the fused
   // chain, hand outputs to the sink. Frames already queued at stop are drained, then sinks flushed.
-  impl_->process_thread = std::jthread([this] {
+  impl_->process_thread = std::jthread([this, decode_pool = decode.pool] {
     std::unique_ptr<Executor> executor;
     std::unique_ptr<Sink> sink;
     std::vector<OutputPlan> plans;
@@ -152,10 +268,12 @@ void PipelineRunner::start() {
       executor = make_executor(device_, cpu_threads_);
       while (auto frame = impl_->queue.pop()) {
         stats_.queue_depth.store(static_cast<int64_t>(impl_->queue.size()), std::memory_order_relaxed);
+        stats_.pool_in_use.store(decode_pool->in_use(), std::memory_order_relaxed);
         if (!current || !(*current == frame->info)) {
           if (sink) sink->flush();
           plans = make_output_plans(spec_, frame->info);
           executor->setup(frame->info, make_color_params(spec_.color, frame->info), plans, 1);
+          setup_control(*executor, frame->info, plans);
           sink = make_sink(spec_.sink, plans, spec_.name);
           buffers.assign(plans.size(), {});
           outs.clear();
@@ -169,7 +287,8 @@ void PipelineRunner::start() {
           stats_.set_frame(describe(frame->info));
           current = frame->info;
         }
-        executor->process({&frame->view, 1}, outs);
+        executor->process_frames({&frame->view, 1}, {&frame->memory, 1}, outs);
+        if (const auto record = executor->control_record()) stats_.set_control(*record);
         sink->write(frame->index, sink_outs);
         stats_.frames_processed.fetch_add(1, std::memory_order_relaxed);
         stats_.observe_latency(

@@ -6,10 +6,12 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 
 #include "pipeline/decode/decoded_frame.hpp"
+#include "pipeline/exec/executor.hpp"
 #include "pipeline/runtime/pipeline_stats.hpp"
 #include "pipeline/spec.hpp"
 
@@ -39,6 +41,9 @@ class PipelineRunner {
 
  private:
   struct Impl;
+  //! After executor.setup(): plans and enables the spec's control (if any) for `frame`, and tells
+  //! the stats which outputs it reports.
+  void setup_control(Executor& executor, const FrameInfo& frame, std::span<const OutputPlan> plans);
   PipelineSpec spec_;
   DeviceSpec device_;
   int cpu_threads_;

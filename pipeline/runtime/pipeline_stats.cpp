@@ -29,6 +29,25 @@ void PipelineStats::set_error(std::string error) {
   text_.error = std::move(error);
 }
 
+void PipelineStats::set_control_outputs(std::vector<std::string> names) {
+  std::lock_guard lock(control_.mu);
+  if (control_.record) {
+    for (size_t c = 0; c < control_.events_before.size(); ++c) control_.events_before[c] += control_.record->health_events[c];
+  }
+  control_.names = std::move(names);
+  control_.record.reset();
+}
+
+void PipelineStats::set_control(const control::ControlRecord& record) {
+  std::lock_guard lock(control_.mu);
+  control_.record = record;
+}
+
+void PipelineStats::set_decoder(std::string decoder) {
+  std::lock_guard lock(text_.mu);
+  text_.decoder = std::move(decoder);
+}
+
 PipelineSnapshot PipelineStats::snapshot() {
   PipelineSnapshot s;
   s.state = static_cast<SourceState>(state.load(std::memory_order_relaxed));
@@ -38,6 +57,9 @@ PipelineSnapshot PipelineStats::snapshot() {
   s.reconnects = reconnects.load(std::memory_order_relaxed);
   for (size_t i = 0; i < dropped.size(); ++i) s.dropped[i] = dropped[i].load(std::memory_order_relaxed);
   s.queue_depth = queue_depth.load(std::memory_order_relaxed);
+  s.pool_in_use = pool_in_use.load(std::memory_order_relaxed);
+  s.pool_capacity = pool_capacity.load(std::memory_order_relaxed);
+  s.nvdec_fallbacks = nvdec_fallbacks.load(std::memory_order_relaxed);
   const int64_t now = now_ns();
   const int64_t last = last_frame_ns.load(std::memory_order_relaxed);
   s.last_frame_age_s = last > 0 ? double(now - last) * 1e-9 : -1.0;
@@ -47,12 +69,33 @@ PipelineSnapshot PipelineStats::snapshot() {
     std::lock_guard lock(text_.mu);
     s.frame = text_.frame;
     s.last_error = text_.error;
+    s.decoder = text_.decoder;
     if (now - fps_last_ns_ >= 1'000'000'000) {   // refresh at most once a second, whoever asks
       if (fps_last_ns_ > 0) fps_ = double(s.frames_processed - fps_last_frames_) / (double(now - fps_last_ns_) * 1e-9);
       fps_last_ns_ = now;
       fps_last_frames_ = s.frames_processed;
     }
     s.fps = fps_;
+  }
+  std::lock_guard lock(control_.mu);
+  if (const auto& r = control_.record) {
+    ControlSnapshot c;
+    c.frames = r->iteration + 1;
+    c.mean_luma = r->mean_luma;
+    c.luma_variance = r->variance;
+    c.motion = r->motion;
+    c.black_fraction = r->black_fraction;
+    c.white_fraction = r->white_fraction;
+    c.scene_distance = r->scene_distance;
+    for (size_t i = 0; i < c.health.size(); ++i) {
+      c.health[i] = (r->health_flags >> i) & 1u;
+      c.health_events[i] = control_.events_before[i] + r->health_events[i];
+    }
+    for (size_t k = 0; k < control_.names.size() && k < size_t(r->num_outputs); ++k) {
+      const auto& o = r->out[k];
+      c.outputs.push_back({control_.names[k], o.gain, o.mean_luma, o.motion, o.x, o.y, o.w, o.h});
+    }
+    s.control = std::move(c);
   }
   return s;
 }

@@ -5,8 +5,11 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "pipeline/control/control_step.hpp"
 
 namespace framefuse {
 
@@ -14,12 +17,30 @@ enum class SourceState : uint8_t { Connecting, Streaming, Stalled, Backoff, Fini
 inline constexpr std::array<const char*, 6> kSourceStateNames = {"connecting", "streaming", "stalled",
                                                                   "backoff",    "finished",  "failed"};
 
-enum class DropReason : uint8_t { QueueFull, DecodeError, ProcessError };
-inline constexpr std::array<const char*, 3> kDropReasonNames = {"queue_full", "decode_error", "process_error"};
+//! PoolExhausted: a live source's frame pool had no free slot, so the oldest queued frame went.
+enum class DropReason : uint8_t { QueueFull, DecodeError, ProcessError, PoolExhausted };
+inline constexpr std::array<const char*, 4> kDropReasonNames = {"queue_full", "decode_error", "process_error",
+                                                                "pool_exhausted"};
 
 //! Upper bounds (seconds) of the decode -> output latency histogram; +Inf is implicit.
 inline constexpr std::array<double, 12> kLatencyBuckets = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02,
                                                            0.05,   0.1,   0.2,   0.5,   1.0,  2.0};
+
+//! The control loops' view of the latest frame they completed (pipelines with `control:`).
+struct ControlSnapshot {
+  uint64_t frames = 0;                //!< control iterations since the last (re)setup
+  double mean_luma = 0, luma_variance = 0, motion = 0, black_fraction = 0, white_fraction = 0;   //!< whole frame
+  double scene_distance = 0;          //!< histogram distance behind scene-change detection
+  //! Per control::Health condition (control::kHealthNames): raised now / rises since the pipeline started.
+  std::array<bool, control::Health::kConditions> health{};
+  std::array<uint64_t, control::Health::kConditions> health_events{};
+  struct Output {
+    std::string name;
+    double gain = 1, mean_luma = 0, motion = 0;
+    int32_t x = 0, y = 0, w = 0, h = 0;   //!< crop window, frame pixels
+  };
+  std::vector<Output> outputs;
+};
 
 struct PipelineSnapshot {
   std::string name;
@@ -29,12 +50,16 @@ struct PipelineSnapshot {
   uint64_t frames_decoded = 0, frames_processed = 0, decode_errors = 0, reconnects = 0;
   std::array<uint64_t, kDropReasonNames.size()> dropped{};
   int64_t queue_depth = 0;
+  int64_t pool_in_use = 0, pool_capacity = 0;   //!< decode frame pool slots leased / at most
+  std::string decoder;                //!< "nvdec", "cpu"; empty before the source opened
+  uint64_t nvdec_fallbacks = 0;       //!< times `decoder: auto` gave NVDEC up for software
   double last_frame_age_s = -1;       //!< seconds since the last decoded frame; -1 before the first
   double fps = 0;                     //!< processed frames per second over the last interval
   std::array<uint64_t, kLatencyBuckets.size() + 1> latency_counts{};   //!< per bucket, last = +Inf
   double latency_sum_s = 0;
   std::string frame;                  //!< "1920x1080 yuv420p bt709/limited", empty before the first
   std::string last_error;             //!< redacted
+  std::optional<ControlSnapshot> control;   //!< set once a control iteration completed
 };
 
 class PipelineStats {
@@ -42,6 +67,8 @@ class PipelineStats {
   std::atomic<uint64_t> frames_decoded{0}, frames_processed{0}, decode_errors{0}, reconnects{0};
   std::array<std::atomic<uint64_t>, kDropReasonNames.size()> dropped{};
   std::atomic<int64_t> queue_depth{0};
+  std::atomic<int64_t> pool_in_use{0}, pool_capacity{0};
+  std::atomic<uint64_t> nvdec_fallbacks{0};
   std::atomic<uint8_t> state{static_cast<uint8_t>(SourceState::Connecting)};
   std::atomic<int64_t> last_frame_ns{0};   //!< steady_clock time of the last decoded frame, 0 = none
 
@@ -56,15 +83,29 @@ class PipelineStats {
   //! Descriptive strings, set rarely (open, re-setup, error); guarded by a mutex inside.
   void set_frame(std::string frame);
   void set_error(std::string error);
+  void set_decoder(std::string decoder);
+
+  //! At (re)setup: the names of the controlled outputs, or none when the pipeline has no control.
+  //! Health event totals carry over re-setups.
+  void set_control_outputs(std::vector<std::string> names);
+  //! Per frame: the latest control record (a copy under a mutex of its own).
+  void set_control(const control::ControlRecord& record);
 
  private:
   std::array<std::atomic<uint64_t>, kLatencyBuckets.size() + 1> latency_counts_{};
   std::atomic<uint64_t> latency_sum_ns_{0};
   struct Text {
     std::mutex mu;
-    std::string frame, error;
+    std::string frame, error, decoder;
   };
   Text text_;
+  struct Control {
+    std::mutex mu;
+    std::vector<std::string> names;
+    std::optional<control::ControlRecord> record;
+    std::array<uint64_t, control::Health::kConditions> events_before{};   //!< totals of earlier setups
+  };
+  Control control_;
   int64_t fps_last_ns_ = 0;          // guarded by text_.mu
   uint64_t fps_last_frames_ = 0;
   double fps_ = 0;

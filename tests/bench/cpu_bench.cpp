@@ -86,7 +86,7 @@ struct OpenCvChain {
   cv::Mat rgb, cls_resized, det_resized, det_boxed;
   std::vector<cv::Mat> planes;
 
-  explicit OpenCvChain(Work w, const std::vector<OutputPlan>& plans) : work(w), outs(test::poisoned_outputs(plans, 1)) {}
+  OpenCvChain(Work w, const std::vector<OutputPlan>& plans) : work(w), outs(test::poisoned_outputs(plans, 1)) {}
 
   void run(const test::HostImage& f) {
     const cv::Mat y(kH, kW, CV_8UC1, const_cast<uint8_t*>(f.planes[0].data()), f.pitch[0]);

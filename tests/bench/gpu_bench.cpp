@@ -177,9 +177,10 @@ int run(const Options& opt) {
   std::vector<DeviceImage> pool;
   for (int i = 0; i < kPoolFrames; ++i) pool.push_back(test::upload(images[size_t(i) % images.size()]));
 
-  const Workload workloads[] = {{"classify", {test::classify_spec()}},
-                                {"detect", {test::detect_spec()}},
-                                {"classify+detect+thumb", {test::classify_spec(), test::detect_spec(), test::thumbnail_spec()}}};
+  const Workload workloads[] = {
+      {"classify", {test::classify_spec()}},
+      {"detect", {test::detect_spec()}},
+      {"classify+detect+thumb", {test::classify_spec(), test::detect_spec(), test::thumbnail_spec()}}};
   std::vector<Row> rows;
   bool mismatch = false;
   for (const auto& w : workloads) {
@@ -270,7 +271,8 @@ int run(const Options& opt) {
                 gc = find(w.name, b, "graph", "cold"), uc = find(w.name, b, "unfused", "cold"),
                 kw = find(w.name, b, "kernel", "warm"), rw = find(w.name, b, "run", "warm"),
                 gw = find(w.name, b, "graph", "warm");
-      std::printf("| %s | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f | %.0f%% | %.0f | %.0f%% | %.1fx |\n",
+      std::printf("| %s | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f | %.0f%% | %.0f | %.0f%% | "
+                  "%.1fx |\n",
                   w.name, b, kc.us_per_frame, rc.us_per_frame, gc.us_per_frame, uc.us_per_frame, kw.us_per_frame,
                   rw.us_per_frame, gw.us_per_frame, kc.gbps, 100 * kc.of_copy, gc.gbps, 100 * gc.of_copy,
                   uc.us_per_frame / gc.us_per_frame);

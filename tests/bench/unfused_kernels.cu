@@ -79,7 +79,8 @@ void UnfusedPreprocess::setup(const FrameInfo& frame, std::span<const OutputPlan
       throw ConfigError("unfused baseline: output '" + plan.name + "' must be rgb");
     Output o{p, p.off_x != 0 || p.off_y != 0 || p.store.width != p.resize.dst_w || p.store.height != p.resize.dst_h,
              cuda::alloc_device(size_t(p.resize.dst_w) * p.resize.dst_h * 3 * sizeof(float) * max_batch), {}};
-    if (o.windowed) o.window = cuda::alloc_device(size_t(p.store.width) * p.store.height * 3 * sizeof(float) * max_batch);
+    if (o.windowed)
+      o.window = cuda::alloc_device(size_t(p.store.width) * p.store.height * 3 * sizeof(float) * max_batch);
     outputs_.push_back(std::move(o));
   }
 }
@@ -94,7 +95,8 @@ void UnfusedPreprocess::run(const FrameSlot* frames, int batch, std::span<void* 
                             cudaStream_t stream) const {
   const int w = frame_.width, h = frame_.height;
   ops::dispatch_format(frame_.format, [&](auto tag) {
-    to_rgb_kernel<decltype(tag)::value><<<grid_2d(w, h, batch), dim3(kBx, kBy), 0, stream>>>(frames, rgb_.as<float>(), w, h);
+    to_rgb_kernel<decltype(tag)::value>
+        <<<grid_2d(w, h, batch), dim3(kBx, kBy), 0, stream>>>(frames, rgb_.as<float>(), w, h);
     return 0;
   });
   cuda::check(cudaGetLastError(), "unfused to_rgb");
@@ -106,7 +108,8 @@ void UnfusedPreprocess::run(const FrameSlot* frames, int batch, std::span<void* 
     cuda::check(cudaGetLastError(), "unfused resize");
     float* cur = o.resized.as<float>();
     if (o.windowed) {
-      window_kernel<<<grid_2d(p.store.width, p.store.height, batch), dim3(kBx, kBy), 0, stream>>>(cur, p, o.window.as<float>());
+      window_kernel<<<grid_2d(p.store.width, p.store.height, batch), dim3(kBx, kBy), 0, stream>>>(
+          cur, p, o.window.as<float>());
       cuda::check(cudaGetLastError(), "unfused window");
       cur = o.window.as<float>();
     }

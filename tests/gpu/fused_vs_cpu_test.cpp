@@ -4,6 +4,7 @@
 //! rows-per-thread choice, twice with different poison, so an unwritten element cannot pass.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -112,51 +113,60 @@ std::vector<GpuCase> cases() {
   };
 }
 
-class FusedVsCpu : public ::testing::TestWithParam<GpuCase> {};
+//! A case's seeded frames, its plans and the CPU executor's outputs (the reference).
+class FusedVsCpu : public ::testing::TestWithParam<GpuCase> {
+ protected:
+  void SetUp() override {
+    const GpuCase& c = GetParam();
+    for (int b = 0; b < c.batch; ++b) {
+      const uint32_t seed = 1000u * uint32_t(c.format) + 17u * uint32_t(b) + 5u;
+      images_.push_back(random_image(c.format, c.width, c.height, seed, 3 + b % 5));
+      views_.push_back(images_.back().view());
+    }
+    info_ = frame_info(images_[0], c.matrix, c.range);
+    info_.chroma_location = c.location;
+    ColorSpec color_spec;
+    color_spec.chroma_upsample = c.upsample;
+    color_ = make_color_params(color_spec, info_);
+    for (const auto& o : c.outputs) plans_.push_back(make_output_plan(o, info_, c.name + "/" + o.name));
+    ref_ = poisoned_outputs(plans_, c.batch);
+    CpuExecutor cpu(0);
+    cpu.setup(info_, color_, plans_, c.batch);
+    cpu.process(views_, pointers(ref_));
+  }
 
-TEST_P(FusedVsCpu, MatchesCpuExecutor) {
+  //! Every output of `got` against the reference; `report`: print the margin of passing outputs.
+  void expect_matches(const std::vector<std::vector<std::byte>>& got, const std::string& what, bool report) const {
+    for (size_t k = 0; k < plans_.size(); ++k) {
+      const auto r = matches_cpu(got[k], ref_[k], GetParam().outputs[k].dtype);
+      EXPECT_TRUE(r) << what << " output " << plans_[k].name;
+      if (r && report) std::printf("  %s %s: %s\n", what.c_str(), plans_[k].name.c_str(), r.message());
+    }
+  }
+
+  std::vector<HostImage> images_;
+  std::vector<ops::ImageView> views_;
+  FrameInfo info_;
+  ops::ColorParams color_{};
+  std::vector<OutputPlan> plans_;
+  std::vector<std::vector<std::byte>> ref_;
+};
+
+// Defined first so it runs before the executor test: a device fault there is sticky.
+TEST_P(FusedVsCpu, FusedPreprocessOnDeviceBuffers) {
   const GpuCase& c = GetParam();
-  std::vector<HostImage> images;
-  std::vector<ops::ImageView> views;
-  for (int b = 0; b < c.batch; ++b) {
-    images.push_back(random_image(c.format, c.width, c.height, 1000u * uint32_t(c.format) + 17u * b + 5u, 3 + b % 5));
-    views.push_back(images.back().view());
-  }
-  FrameInfo info = frame_info(images[0], c.matrix, c.range);
-  info.chroma_location = c.location;
-  ColorSpec color_spec;
-  color_spec.chroma_upsample = c.upsample;
-  const ops::ColorParams color = make_color_params(color_spec, info);
-  std::vector<OutputPlan> plans;
-  for (const auto& o : c.outputs) plans.push_back(make_output_plan(o, info, c.name + "/" + o.name));
-
-  auto ref = poisoned_outputs(plans, c.batch);
-  CpuExecutor cpu(0);
-  cpu.setup(info, color, plans, c.batch);
-  cpu.process(views, pointers(ref));
-
-  {
-    SCOPED_TRACE("CudaExecutor");
-    auto got = poisoned_outputs(plans, c.batch);
-    CudaExecutor gpu(0);
-    gpu.setup(info, color, plans, c.batch);
-    gpu.process(views, pointers(got));
-    for (size_t k = 0; k < plans.size(); ++k)
-      EXPECT_TRUE(matches_cpu(got[k], ref[k], c.outputs[k].dtype)) << "output " << plans[k].name;
-  }
-
   std::vector<DeviceImage> dev;
   std::vector<FrameSlot> slots;
-  for (const auto& img : images) {
+  for (const auto& img : images_) {
     dev.push_back(upload(img));
-    slots.push_back({dev.back().view, color});
+    slots.push_back({dev.back().view, color_});
   }
-  DeviceOutputs outs(plans, c.batch);
+  DeviceOutputs outs(plans_, c.batch);
   const cuda::Stream stream = cuda::make_stream();
   for (const int rows : {0, 1, 2, 4}) {
-    SCOPED_TRACE("FusedPreprocess rows_per_thread " + std::to_string(rows));
+    SCOPED_TRACE("rows_per_thread " + std::to_string(rows));
     FusedPreprocess fused;
-    fused.setup(info, plans, c.batch, rows);
+    fused.setup(info_, plans_, c.batch, rows);
     fused.set_batch(slots, outs.ptrs());
     std::vector<std::vector<std::byte>> runs[2];
     for (const int pass : {0, 1}) {
@@ -165,11 +175,19 @@ TEST_P(FusedVsCpu, MatchesCpuExecutor) {
       cuda::check(cudaStreamSynchronize(stream), "fused run");
       runs[pass] = outs.download();
     }
-    for (size_t k = 0; k < plans.size(); ++k) {
-      EXPECT_TRUE(same_bytes(runs[0][k], runs[1][k])) << "output " << plans[k].name << " (poison 0xFF vs 0x00)";
-      EXPECT_TRUE(matches_cpu(runs[0][k], ref[k], c.outputs[k].dtype)) << "output " << plans[k].name;
-    }
+    for (size_t k = 0; k < plans_.size(); ++k)
+      EXPECT_TRUE(same_bytes(runs[0][k], runs[1][k])) << "output " << plans_[k].name << " (poison 0xFF vs 0x00)";
+    expect_matches(runs[0], "fused, " + std::to_string(fused.rows_per_thread()) + " rows/thread", rows == 0);
   }
+}
+
+TEST_P(FusedVsCpu, CudaExecutor) {
+  const GpuCase& c = GetParam();
+  auto got = poisoned_outputs(plans_, c.batch);
+  CudaExecutor gpu(0);
+  gpu.setup(info_, color_, plans_, c.batch);
+  gpu.process(views_, pointers(got));
+  expect_matches(got, "executor", true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Table, FusedVsCpu, ::testing::ValuesIn(cases()),

@@ -1,5 +1,5 @@
 //! FusedPreprocess::run captured once into a CUDA graph and replayed with different set_batch
-//! contents: the graph's memcpy node re-uploads the parameter block from pinned memory, so new
+//! contents: the graph's staging kernel re-reads the parameter block from pinned memory, so new
 //! frames, output tensors and batch sizes take effect without re-capture.
 #include <gtest/gtest.h>
 
@@ -47,7 +47,7 @@ TEST(GraphCapture, ReplaysWithNewBatchContents) {
   const cuda::Graph graph(raw_graph);
   size_t nodes = 0;
   cuda::check(cudaGraphGetNodes(graph, nullptr, &nodes), "graph nodes");
-  EXPECT_EQ(nodes, 2u) << "expected the parameter upload and the one fused kernel";
+  EXPECT_EQ(nodes, 2u) << "expected the parameter staging kernel and the one fused kernel";
   cudaGraphExec_t raw_exec{};
   cuda::check(cudaGraphInstantiate(&raw_exec, graph, 0), "instantiate graph");
   const cuda::GraphExec exec(raw_exec);

@@ -142,8 +142,9 @@ TEST_P(ColorOracle, MatchesCvtColorWithinOneLsb) {
   ASSERT_EQ(plan.params.resize.dst_w, c.width);
   const U8Diff d = diff_u8(ours, theirs);
   EXPECT_LE(d.max_abs, 1) << describe(d, theirs);
-  // Random YUV spans the whole gamut: most pixels must agree exactly, not merely within 1.
-  EXPECT_LT(d.differing, d.count / 4) << describe(d, theirs);
+  // Random YUV spans the whole gamut: most elements must agree exactly, not merely within 1
+  // (about 3.5% differ, from OpenCV's 20-bit fixed-point coefficients and round-half-up).
+  EXPECT_LT(d.differing, d.count / 10) << describe(d, theirs);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, ColorOracle, testing::ValuesIn(kColorCases),
@@ -210,9 +211,10 @@ INSTANTIATE_TEST_SUITE_P(Cases, ResizeOracle, testing::ValuesIn(kResizeCases), [
          std::to_string(c.dh) + "_" + interp_name(c.interp);
 });
 
-//! Every source/target size pair up to 40 on x (checked to 130 once; 40 keeps it quick), the transposed pair on y (so one axis shrinks while
+//! Every source/target size pair up to 40 on x, the transposed pair on y (so one axis shrinks while
 //! the other grows), for each interpolation: catches edge-tap and rounding disagreements that a
-//! handful of sizes would miss.
+//! handful of sizes would miss (this found the double-precision floor of INTER_NEAREST / area-up;
+//! it was run once up to 130, 40 keeps it quick).
 TEST(ResizeSweep, AllSmallSizePairsMatchCvResizeWithinOneLsb) {
   for (const Interp interp : {Interp::Nearest, Interp::Linear, Interp::Area}) {
     int failures = 0;

@@ -27,7 +27,8 @@ HostImage random_image(ops::PixelFormat format, int32_t width, int32_t height, u
   std::uniform_int_distribution<int> byte(0, 255);
   for (int i = 0; i < ops::plane_count(format); ++i) {
     const auto s = ops::plane_shape(format, width, height, i);
-    const int32_t pitch = s.row_bytes + pad;
+    // P010 rows hold u16 samples: keep the pitch even so every row stays 2-byte aligned.
+    const int32_t pitch = s.row_bytes + (format == ops::PixelFormat::P010 ? (pad + 1) & ~1 : pad);
     std::vector<uint8_t> plane(size_t(pitch) * s.rows);
     for (auto& b : plane) b = static_cast<uint8_t>(byte(rng));
     if (format == ops::PixelFormat::P010) {   // little-endian u16: low byte keeps only 2 bits

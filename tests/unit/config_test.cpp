@@ -352,6 +352,8 @@ TEST(Load, MinimalConfigTakesEveryDefault) {
   EXPECT_EQ(p.decoder, DecoderKind::Auto);
   EXPECT_FALSE(p.device.has_value());
   EXPECT_EQ(p.queue_depth, PipelineSpec{}.queue_depth);
+  EXPECT_EQ(p.pool_frames, PipelineSpec{}.pool_frames);
+  EXPECT_EQ(p.control, ControlSpec{});
   expect_same(p.color, ColorSpec{});
   ASSERT_EQ(p.outputs.size(), 1u);
   OutputSpec out;
@@ -395,6 +397,7 @@ TEST(Load, SourceKeysDurationsAndRtsp) {
       "    decoder: nvdec\n"
       "    device: cuda:2\n"
       "    queue_depth: 16\n"
+      "    pool_frames: 48\n"
       "    color: {matrix: bt709, range: full, chroma_upsample: linear}\n"
       "    outputs: [{name: o, resize: {shorter_side: 8}}]\n"
       "    sink: {type: npy, directory: /data/out/cam, frames_per_file: 30}\n",
@@ -416,6 +419,7 @@ TEST(Load, SourceKeysDurationsAndRtsp) {
   EXPECT_EQ(p.device->kind, DeviceKind::Cuda);
   EXPECT_EQ(p.device->index, 2);
   EXPECT_EQ(p.queue_depth, 16);
+  EXPECT_EQ(p.pool_frames, 48);
   expect_same(p.color, ColorSpec{ops::ColorMatrix::Bt709, ops::ColorRange::Full, ops::ChromaUpsample::Linear});
   expect_same(p.sink, SinkSpec{SinkKind::Npy, "/data/out/cam", 30});
 }
@@ -474,6 +478,40 @@ TEST(Load, ScaleDefaultsToOneForUint8) {
   EXPECT_FLOAT_EQ(load_output("dtype: float16").scale, 1.f / 255.f);
   EXPECT_FLOAT_EQ(load_output("dtype: uint8").scale, 1.f);
   EXPECT_FLOAT_EQ(load_output("dtype: uint8\nscale: 1/255").scale, 1.f / 255.f);
+}
+
+TEST(Load, ControlKeys) {
+  const std::string base =
+      "pipelines:\n  - name: cam\n    source: {uri: rtsp://cam.local/s}\n    sink: {type: null}\n"
+      "    outputs: [{name: cls}, {name: det}]\n";
+  const auto load_control = [&](std::string_view control) {
+    return load_string(base + std::string(control), "test.yaml", fs::temp_directory_path()).pipelines.at(0).control;
+  };
+  const ControlSpec c = load_control(
+      "    control:\n"
+      "      delay_frames: 3\n"
+      "      auto_gain: {outputs: [det], target: 0.5, kp: 0, ki: 0.2, min_gain: 0.5, max_gain: 4, max_step: 0.1}\n"
+      "      roi_follow:\n"
+      "        output: cls\n"
+      "        smoothing: 0.3\n"
+      "        dead_band: 0.05\n"
+      "        min_motion: 0.001\n"
+      "        bounds: {x: 0.1, y: 0.2, w: 0.8, h: 0.6, units: fraction}\n"
+      "      health: {enabled: false, frozen_motion: 0.01, frozen_after: 3s, black_fraction: 0.9,\n"
+      "               overexposed_fraction: 0.7, scene_change: 0.4, raise_after: 0s, clear_after: 250ms}\n");
+  ControlSpec want;
+  want.enabled = true;   // given sections are on unless they say otherwise
+  want.delay_frames = 3;
+  want.auto_gain = {true, {"det"}, 0.5, 0, 0.2, 0.5, 4, 0.1};
+  want.roi_follow = {true, "cls", 0.3, 0.05, 0.001, {0.1, 0.2, 0.8, 0.6, true}};
+  want.health = {false, 0.01, 3s, 0.9, 0.7, 0.4, 0ms, 250ms};
+  EXPECT_EQ(c, want);
+  // An empty section: statistics only, every default.
+  ControlSpec stats_only;
+  stats_only.enabled = true;
+  EXPECT_EQ(load_control("    control:\n"), stats_only);
+  EXPECT_EQ(load_control("    control: {enabled: false, health: {}}\n").enabled, false);
+  EXPECT_TRUE(load_control("    control: {health: {}}\n").health.enabled);
 }
 
 TEST(Load, SinkTypeNullIsYamlNullOrText) {
@@ -591,6 +629,10 @@ TEST(DefaultConfig, LoadsAndEqualsTheStructDefaults) {
   EXPECT_EQ(p.decoder, PipelineSpec{}.decoder);
   EXPECT_FALSE(p.device.has_value());
   EXPECT_EQ(p.queue_depth, PipelineSpec{}.queue_depth);
+  EXPECT_EQ(p.pool_frames, PipelineSpec{}.pool_frames);
+  ControlSpec control;   // every loop shown, all off; roi_follow names the template's output
+  control.roi_follow.output = p.outputs.at(0).name;
+  EXPECT_EQ(p.control, control);
   expect_same(p.color, ColorSpec{});
   ASSERT_EQ(p.outputs.size(), 1u);
   OutputSpec out;

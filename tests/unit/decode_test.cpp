@@ -20,6 +20,7 @@
 
 #include "pipeline/decode/video_source.hpp"
 #include "pipeline/error.hpp"
+#include "tests/support/media_fixtures.hpp"
 
 extern "C" {
 #include <libavutil/log.h>
@@ -30,27 +31,12 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-using Planes = std::vector<std::vector<uint8_t>>;
+using test::Planes;
 
-bool have_ffmpeg() { return std::system("ffmpeg -version >/dev/null 2>&1") == 0; }
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "framefuse_decode_XXXXXX").string();
-    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-void ffmpeg(const std::string& args) {
-  const std::string cmd = "ffmpeg -hide_banner -loglevel error -nostdin -y " + args;
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-}
+using test::ffmpeg;
+using test::have_ffmpeg;
+using test::TempDir;
+using test::tight_planes;
 
 void write_file(const fs::path& p, const std::vector<uint8_t>& bytes) {
   std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
@@ -79,21 +65,6 @@ std::vector<DecodedFrame> read_all(VideoSource& src) {
   std::vector<DecodedFrame> frames;
   while (auto f = src.read()) frames.push_back(std::move(*f));
   return frames;
-}
-
-//! Rows of every plane of `f`, without pitch padding, in the ops' plane layout.
-Planes tight_planes(const DecodedFrame& f) {
-  Planes out;
-  for (int i = 0; i < ops::plane_count(f.view.format); ++i) {
-    const auto s = ops::plane_shape(f.view.format, f.view.width, f.view.height, i);
-    std::vector<uint8_t> p;
-    for (int y = 0; y < s.rows; ++y) {
-      const uint8_t* row = f.view.data[i] + ptrdiff_t(y) * f.view.pitch[i];
-      p.insert(p.end(), row, row + s.row_bytes);
-    }
-    out.push_back(std::move(p));
-  }
-  return out;
 }
 
 //! Largest difference between two plane sets of equal shape (255+ when shapes differ).

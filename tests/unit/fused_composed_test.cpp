@@ -123,7 +123,8 @@ std::vector<std::byte> store(const FloatImage& in, const ops::Chain::Params& p) 
       if (p.channels == ops::Channels::Gray) ch[0] = 0.299f * v.x + 0.587f * v.y + 0.114f * v.z;
       for (int c = 0; c < nc; ++c) {
         const float n = ch[c] * p.norm.mul[c] + p.norm.add[c];
-        const size_t i = p.store.layout == ops::Layout::Chw ? (size_t(c) * h + y) * w + x : (size_t(y) * w + x) * nc + c;
+        const size_t i =
+            p.store.layout == ops::Layout::Chw ? (size_t(c) * h + y) * w + x : (size_t(y) * w + x) * nc + c;
         switch (p.store.dtype) {
           case ops::DType::F32: std::memcpy(out.data() + 4 * i, &n, 4); break;
           case ops::DType::F16: {
@@ -192,7 +193,8 @@ void expect_fused_equals_composed(const Scenario& s, int threads) {
   exec.setup(fi, color, plans, s.batch);
   std::vector<std::vector<std::byte>> runs[2];
   for (int run = 0; run < 2; ++run) {
-    for (const auto& p : plans) runs[run].emplace_back(p.bytes_per_frame * s.batch + kGuard, std::byte(run ? 0x00 : 0xFF));
+    const std::byte fill{static_cast<unsigned char>(run ? 0x00 : 0xFF)};
+    for (const auto& p : plans) runs[run].emplace_back(p.bytes_per_frame * s.batch + kGuard, fill);
     std::vector<std::byte*> ptrs;
     for (auto& b : runs[run]) ptrs.push_back(b.data());
     exec.process(views, ptrs);

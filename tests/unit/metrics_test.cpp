@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "daemon/metrics/prometheus.hpp"
+#include "daemon/metrics/status_json.hpp"
 #include "daemon/metrics/text_escape.hpp"
 
 namespace framefuse::daemon {
@@ -52,6 +53,24 @@ PipelineSnapshot known_pipeline(std::string name, uint64_t base) {
   p.fps = 29.97;
   for (size_t i = 0; i < p.latency_counts.size(); ++i) p.latency_counts[i] = base + 10 + i;   // never zero
   p.latency_sum_s = 1.75;
+  return p;
+}
+
+//! `p` with a control snapshot: two outputs, black raised, events on two conditions.
+PipelineSnapshot with_control(PipelineSnapshot p) {
+  ControlSnapshot c;
+  c.frames = 90;
+  c.mean_luma = 0.25;
+  c.luma_variance = 0.0625;
+  c.motion = 0.125;
+  c.black_fraction = 0.5;
+  c.white_fraction = 0.03125;
+  c.scene_distance = 0.75;
+  c.health[control::Health::kBlack] = true;
+  c.health_events[control::Health::kBlack] = 2;
+  c.health_events[control::Health::kSceneChange] = 5;
+  c.outputs = {{"cls", 2.5, 0.45, 0.0625, 100, 40, 224, 224}, {"det", 1, 0.25, 0.125, 0, 0, 1280, 720}};
+  p.control = std::move(c);
   return p;
 }
 
@@ -102,6 +121,48 @@ TEST(Metrics, PipelineSeriesHaveExactValues) {
   }
 }
 
+TEST(Metrics, ControlSeriesHaveExactValues) {
+  const PipelineSnapshot ps[] = {with_control(known_pipeline("lobby", 0)), known_pipeline("dock", 1000)};
+  const std::string m = render_metrics(known_daemon(), ps);
+  for (const char* line : {
+           R"(framefuse_frame_luma_mean{pipeline="lobby"} 0.25)",
+           R"(framefuse_frame_motion{pipeline="lobby"} 0.125)",
+           R"(framefuse_output_gain{pipeline="lobby",output="cls"} 2.5)",
+           R"(framefuse_output_gain{pipeline="lobby",output="det"} 1)",
+           R"(framefuse_output_luma_mean{pipeline="lobby",output="cls"} 0.45)",
+           R"(framefuse_output_roi_x_pixels{pipeline="lobby",output="cls"} 100)",
+           R"(framefuse_output_roi_y_pixels{pipeline="lobby",output="cls"} 40)",
+           R"(framefuse_output_roi_width_pixels{pipeline="lobby",output="det"} 1280)",
+           R"(framefuse_output_roi_height_pixels{pipeline="lobby",output="det"} 720)",
+           R"(framefuse_health{pipeline="lobby",condition="black"} 1)",
+           R"(framefuse_health{pipeline="lobby",condition="frozen"} 0)",
+           R"(framefuse_health_events_total{pipeline="lobby",condition="black"} 2)",
+           R"(framefuse_health_events_total{pipeline="lobby",condition="scene_change"} 5)",
+           R"(framefuse_health_events_total{pipeline="lobby",condition="overexposed"} 0)",
+           "# TYPE framefuse_health_events_total counter",
+           "# TYPE framefuse_output_gain gauge",
+       })
+    EXPECT_TRUE(has_line(m, line)) << line << "\n" << m;
+  // A pipeline without control has no control series; without any, the families are absent too.
+  EXPECT_EQ(m.find(R"(framefuse_frame_luma_mean{pipeline="dock"})"), std::string::npos) << m;
+  const std::string none = render_metrics(known_daemon(), std::span(&ps[1], 1));
+  EXPECT_EQ(none.find("framefuse_health"), std::string::npos) << none;
+}
+
+TEST(StatusJson, ControlObjectOrNull) {
+  const PipelineSnapshot ps[] = {with_control(known_pipeline("lobby", 0)), known_pipeline("dock", 1000)};
+  const std::string j = render_status_json(known_daemon(), ps);
+  const std::string lobby =
+      R"("control":{"frames":90,"mean_luma":0.25,"luma_variance":0.0625,"motion":0.125,"black_fraction":0.5,)"
+      R"("white_fraction":0.03125,"scene_distance":0.75,)"
+      R"("health":{"frozen":false,"black":true,"overexposed":false,"scene_change":false},)"
+      R"("health_events":{"frozen":0,"black":2,"overexposed":0,"scene_change":5},)"
+      R"("outputs":[{"name":"cls","gain":2.5,"mean_luma":0.45,"motion":0.0625,"roi":{"x":100,"y":40,"w":224,"h":224}},)"
+      R"({"name":"det","gain":1,"mean_luma":0.25,"motion":0.125,"roi":{"x":0,"y":0,"w":1280,"h":720}}]}})";
+  EXPECT_NE(j.find(lobby), std::string::npos) << j;
+  EXPECT_NE(j.find(R"("last_error":"","control":null})"), std::string::npos) << j;
+}
+
 TEST(Metrics, HistogramIsCumulativeWithSumAndCount) {
   const auto p = known_pipeline("lobby", 0);
   const std::string m = render_metrics(known_daemon(), std::span(&p, 1));
@@ -138,7 +199,7 @@ TEST(Metrics, LabelValuesAreEscaped) {
 //! Every line is HELP, TYPE or a sample of a family whose TYPE came first; families appear once
 //! and contiguously; counters end in _total; values parse as floats.
 TEST(Metrics, TextFormatIsWellFormed) {
-  const PipelineSnapshot ps[] = {known_pipeline("lobby", 0), known_pipeline("dock \"2\"", 50)};
+  const PipelineSnapshot ps[] = {with_control(known_pipeline("lobby", 0)), known_pipeline("dock \"2\"", 50)};
   const std::string m = render_metrics(known_daemon(), ps);
   ASSERT_TRUE(m.ends_with("\n"));
   const std::regex help(R"(# HELP ([a-zA-Z_:][a-zA-Z0-9_:]*) \S.*)");
@@ -176,13 +237,13 @@ TEST(Metrics, TextFormatIsWellFormed) {
       ADD_FAILURE() << "not a valid exposition line: " << l;
     }
   }
-  EXPECT_EQ(types.size(), 16u);
+  EXPECT_EQ(types.size(), 16u + 10u);   // + the control families
   EXPECT_GT(samples, 60u);
 }
 
 TEST(Metrics, PromtoolAcceptsTheExposition) {
   if (std::system("command -v promtool > /dev/null 2>&1") != 0) GTEST_SKIP() << "promtool is not installed";
-  const PipelineSnapshot ps[] = {known_pipeline("lobby", 0), known_pipeline("dock", 50)};
+  const PipelineSnapshot ps[] = {with_control(known_pipeline("lobby", 0)), known_pipeline("dock", 50)};
   const auto path = std::filesystem::temp_directory_path() / ("framefuse_metrics_" + std::to_string(::getpid()) + ".prom");
   {
     std::ofstream(path) << render_metrics(known_daemon(), ps);

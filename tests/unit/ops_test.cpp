@@ -20,6 +20,7 @@ namespace {
 
 using ops::DType;
 using ops::Layout;
+using ops::ChromaLocation;
 using ops::PixelFormat;
 
 // ---------------------------------------------------------------------------------------------
@@ -248,7 +249,7 @@ TYPED_TEST(ReaderTest, MatchesDoubleReferenceForEveryColourSetting) {
     for (const auto m : {ops::ColorMatrix::Bt601, ops::ColorMatrix::Bt709}) {
       for (const auto r : {ops::ColorRange::Limited, ops::ColorRange::Full}) {
         for (const auto up : {ops::ChromaUpsample::Nearest, ops::ChromaUpsample::Linear}) {
-          for (const auto loc : {ops::ChromaLocation::Left, ops::ChromaLocation::Center, ops::ChromaLocation::TopLeft}) {
+          for (const auto loc : {ChromaLocation::Left, ChromaLocation::Center, ChromaLocation::TopLeft}) {
             const RefColor rc{m == ops::ColorMatrix::Bt709 ? 0.2126 : 0.299,
                               m == ops::ColorMatrix::Bt709 ? 0.0722 : 0.114, r == ops::ColorRange::Limited};
             const ops::FrameReader<F> reader{img.view(), {ops::make_yuv_to_rgb(m, r), up, loc}};

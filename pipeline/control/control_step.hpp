@@ -1,0 +1,154 @@
+#pragma once
+//! One control iteration, written once for the CPU engine and the GPU graph. Iteration i:
+//!   1. control_step(): reads slot (i - d) when i >= d, runs the loops, updates the ControlState;
+//!   2. the fused pass of frame i applies that state (control::apply) and writes the thumbnail;
+//!   3. the statistics step: for each region r < num_regions(), stats_region(); for each of its
+//!      pixels (region_pixel()) sample_pixel() against the previous thumbnail, add_sample() into
+//!      the region's sums and count the histogram bin (a CPU loop; on the GPU one block, per-thread
+//!      sums reduced by warp shuffles and merge()d with shared atomics); then the previous thumbnail
+//!      becomes this one, and finish_stats() writes slot i mod D with the state frame i used and
+//!      advances the iteration counter;
+//!   4. make_record() summarises iteration i for the host (a mapped pinned ring on the GPU).
+//! Everything here is POD and FF_HD; the host plans ControlParams (control_engine.hpp).
+#include <cstdint>
+
+#include "pipeline/control/control_state.hpp"
+#include "pipeline/control/controllers.hpp"
+#include "pipeline/control/delay_ring.hpp"
+#include "pipeline/control/stats.hpp"
+
+namespace framefuse::control {
+
+enum Loop : uint32_t { kLoopAutoGain = 1u << 0, kLoopRoiFollow = 1u << 1, kLoopHealth = 1u << 2 };
+
+struct ControlParams {
+  int32_t num_outputs;        //!< visible outputs, <= kMaxOutputs - 1 (the thumbnail takes one)
+  int32_t frame_w, frame_h;
+  int32_t delay, depth;       //!< d >= 1, D = d + 1
+  uint32_t loops;             //!< Loop bits
+  int32_t window[kMaxOutputs][4];   //!< planned crop window of each output: x0, y0, w, h
+  AutoGain::Params auto_gain;
+  RoiFollow::Params roi_follow;
+  Health::Params health;
+  ops::Chain::Params thumbnail;     //!< the hidden thumbnail output; store.data left null
+};
+
+//! Loop memory carried from one iteration to the next.
+struct LoopState {
+  float integral[kMaxOutputs];   //!< auto_gain, per output
+  RoiFollow::State roi;
+  Health::State health;
+};
+
+//! Everything one pipeline's control keeps between frames, apart from the slots and thumbnails.
+struct ControlBlock {
+  RingHeader header;
+  ControlState state;
+  LoopState loops;
+};
+
+//! The block right after setup: iteration 0, neutral state, loops at rest.
+inline ControlBlock initial_block(const ControlParams& p) {
+  ControlBlock b{};
+  b.header = {0, p.delay, p.depth};
+  b.state = neutral_state(p.num_outputs, p.frame_w, p.frame_h);
+  if (p.loops & kLoopRoiFollow) {
+    b.loops.roi = RoiFollow::initial(p.roi_follow);
+    RoiFollow::offset(p.roi_follow, b.loops.roi, b.state.out[p.roi_follow.output].dx,
+                      b.state.out[p.roi_follow.output].dy);
+  }
+  return b;
+}
+
+//! Step 1 of iteration b.header.iteration. `slots`: the D slots.
+FF_HD void control_step(const ControlParams& p, const Slot* slots, ControlBlock& b) {
+  const uint64_t i = b.header.iteration;
+  if (!has_input(i, b.header.delay)) return;
+  const Slot& s = slots[read_slot(i, b.header.delay, b.header.depth)];
+  if (p.loops & kLoopAutoGain) {
+    for (int k = 0; k < p.num_outputs; ++k) {
+      if (!(p.auto_gain.outputs & (1u << k))) continue;
+      b.state.out[k].gain = AutoGain::step(p.auto_gain, b.loops.integral[k], s.applied.out[k].gain,
+                                           s.stats.region[k + 1].mean, b.state.out[k].gain);
+    }
+  }
+  if (p.loops & kLoopRoiFollow) {
+    OutputControl& o = b.state.out[p.roi_follow.output];
+    RoiFollow::step(p.roi_follow, b.loops.roi, s.stats.region[0]);
+    RoiFollow::offset(p.roi_follow, b.loops.roi, o.dx, o.dy);
+  }
+  if (p.loops & kLoopHealth) Health::step(p.health, b.loops.health, s.stats.region[0], s.iteration > 0);
+}
+
+//! Thumbnail region r of the current frame: 0 the whole frame, k + 1 output k's window as the
+//! state moved it.
+FF_HD Region stats_region(const ControlParams& p, const ControlState& st, int r) {
+  if (r == 0) return {0, 0, kThumbW, kThumbH};
+  const int k = r - 1;
+  const int32_t w = p.window[k][2], h = p.window[k][3];
+  return thumb_region(moved_edge(p.window[k][0], st.out[k].dx, w, p.frame_w),
+                      moved_edge(p.window[k][1], st.out[k].dy, h, p.frame_h), w, h, p.frame_w, p.frame_h);
+}
+
+FF_HD int num_regions(const ControlParams& p) { return 1 + p.num_outputs; }
+
+//! Step 3's end: slot i mod D gets frame i's statistics and the state its fused pass used; the
+//! iteration counter advances.
+FF_HD void finish_stats(const ControlParams& p, const Region* regions, const RegionAccum* acc, Slot* slots,
+                        ControlBlock& b) {
+  Slot& s = slots[write_slot(b.header.iteration, b.header.depth)];
+  s.iteration = b.header.iteration;
+  s.applied = b.state;
+  s.stats.num_regions = num_regions(p);
+  for (int r = 0; r < s.stats.num_regions; ++r) s.stats.region[r] = finalize(acc[r], regions[r]);
+  ++b.header.iteration;
+}
+
+//! What the host sees of one iteration: frame `iteration`'s statistics, the control its outputs
+//! got, and the health flags as of frame iteration - d.
+struct ControlRecord {
+  uint64_t iteration;        //!< 0-based frame count since setup
+  int32_t num_outputs;
+  uint32_t health_flags;     //!< bit c: Health condition c raised
+  uint32_t health_events[Health::kConditions];
+  float mean_luma, variance, motion, black_fraction, white_fraction;   //!< whole frame
+  float scene_distance;      //!< health's last histogram distance
+  struct Output {
+    float gain;
+    float mean_luma;         //!< gain x measured window mean: the output's luma before saturation
+    float motion;
+    int32_t x, y, w, h;      //!< crop window, frame pixels
+  } out[kMaxOutputs];
+};
+
+//! The record of the iteration finish_stats() just completed (slot `slots[write_slot(i, D)]`).
+FF_HD void make_record(const ControlParams& p, const Slot& s, const LoopState& loops, ControlRecord& r) {
+  const RegionStats& f = s.stats.region[0];
+  r.iteration = s.iteration;
+  r.num_outputs = p.num_outputs;
+  r.health_flags = loops.health.flags;
+  for (int c = 0; c < Health::kConditions; ++c) r.health_events[c] = loops.health.events[c];
+  r.mean_luma = f.mean;
+  r.variance = f.variance;
+  r.motion = f.motion;
+  r.black_fraction = f.black_fraction;
+  r.white_fraction = f.white_fraction;
+  r.scene_distance = loops.health.distance;
+  for (int k = 0; k < kMaxOutputs; ++k) {
+    ControlRecord::Output& o = r.out[k];
+    if (k >= p.num_outputs) {
+      o = {};
+      continue;
+    }
+    const int32_t w = p.window[k][2], h = p.window[k][3];
+    o.gain = s.applied.out[k].gain;
+    o.mean_luma = o.gain * s.stats.region[k + 1].mean;
+    o.motion = s.stats.region[k + 1].motion;
+    o.x = moved_edge(p.window[k][0], s.applied.out[k].dx, w, p.frame_w);
+    o.y = moved_edge(p.window[k][1], s.applied.out[k].dy, h, p.frame_h);
+    o.w = w;
+    o.h = h;
+  }
+}
+
+}  // namespace framefuse::control

@@ -1,0 +1,95 @@
+#include "pipeline/decode/cuda_device_context.hpp"
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <spdlog/fmt/fmt.h>
+
+#include "pipeline/decode/av_error.hpp"
+#include "pipeline/error.hpp"
+
+#if FRAMEFUSE_HAVE_FFNVCODEC
+// The driver API through nv-codec-headers' run-time loader (as FFmpeg itself does): no link-time
+// dependency on libcuda, and its CUDA types make hwcontext_cuda.h need no toolkit <cuda.h>.
+#define FFNV_LOG_FUNC(logctx, msg, ...)
+#define FFNV_DEBUG_LOG_FUNC(logctx, msg, ...)
+#include <ffnvcodec/dynlink_loader.h>
+#endif
+
+extern "C" {
+#include <libavutil/hwcontext.h>
+#if FRAMEFUSE_HAVE_FFNVCODEC
+#include <libavutil/hwcontext_cuda.h>
+#endif
+}
+
+namespace framefuse {
+
+#if FRAMEFUSE_HAVE_FFNVCODEC
+namespace {
+
+std::string cu_error(const CudaFunctions& cu, CUresult r) {
+  const char* name = nullptr;
+  return cu.cuGetErrorName(r, &name) == CUDA_SUCCESS && name ? name : fmt::format("CUresult {}", int(r));
+}
+
+//! The device's primary context, retained for the process' life. Not av_hwdevice_ctx_create with
+//! `primary_ctx`: FFmpeg refuses a primary context that the CUDA runtime already activated with its
+//! default scheduling flags ("Primary context already active with incompatible flags"), which
+//! depends on whether an executor or a decoder touched the device first. A context given to
+//! FFmpeg this way is used as it is and never released by FFmpeg.
+CUcontext retain_primary_context(int index) {
+  static CudaFunctions* cu = nullptr;   // loaded once, kept (the contexts need it)
+  if (!cu && cuda_load_functions(&cu, nullptr) < 0) throw std::runtime_error("no NVIDIA driver (libcuda.so.1 not loadable)");
+  CUresult r = cu->cuInit(0);
+  if (r != CUDA_SUCCESS) throw std::runtime_error(fmt::format("cuInit: {}", cu_error(*cu, r)));
+  CUdevice device{};
+  if ((r = cu->cuDeviceGet(&device, index)) != CUDA_SUCCESS)
+    throw std::runtime_error(fmt::format("cuDeviceGet: {}", cu_error(*cu, r)));
+  CUcontext ctx = nullptr;
+  if ((r = cu->cuDevicePrimaryCtxRetain(&ctx, device)) != CUDA_SUCCESS)
+    throw std::runtime_error(fmt::format("cuDevicePrimaryCtxRetain: {}", cu_error(*cu, r)));
+  return ctx;
+}
+
+AVBufferRef* create_device(int index) {
+  const CUcontext ctx = retain_primary_context(index);   // kept even if FFmpeg fails below: see header
+  AVBufferRef* ref = av_hwdevice_ctx_alloc(AV_HWDEVICE_TYPE_CUDA);
+  if (!ref) throw std::runtime_error("this FFmpeg has no CUDA support");
+  auto* hw = static_cast<AVCUDADeviceContext*>(reinterpret_cast<AVHWDeviceContext*>(ref->data)->hwctx);
+  hw->cuda_ctx = ctx;
+  hw->stream = nullptr;   // NVDEC copies to the legacy default stream; executors wait on it
+  if (const int err = av_hwdevice_ctx_init(ref); err < 0) {
+    av_buffer_unref(&ref);
+    throw std::runtime_error(fmt::format("FFmpeg CUDA device: {}", av_error(err)));
+  }
+  return ref;
+}
+
+}  // namespace
+#endif
+
+AVBufferRef* cuda_decode_device(int index) {
+#if FRAMEFUSE_HAVE_FFNVCODEC
+  static std::mutex mu;
+  static auto* devices = new std::map<int, AVBufferRef*>();   // never freed: see header
+  std::lock_guard lock(mu);
+  auto it = devices->find(index);
+  if (it == devices->end()) {
+    try {
+      it = devices->emplace(index, create_device(index)).first;
+    } catch (const std::exception& e) {
+      throw MediaError(fmt::format("cannot use CUDA device {} for NVDEC: {}", index, e.what()));
+    }
+  }
+  AVBufferRef* ref = av_buffer_ref(it->second);
+  if (!ref) throw MediaError("out of memory");
+  return ref;
+#else
+  throw MediaError(fmt::format("cannot use CUDA device {} for NVDEC: built without the nv-codec-headers "
+                               "(ffnvcodec)",
+                               index));
+#endif
+}
+
+}  // namespace framefuse

@@ -1,0 +1,178 @@
+//! NVDEC against software decoding of the sample clip (samples/sample_720p.mp4, made by
+//! tools/make_sample_clip): the same pixels (H.264 decoding is exact), the same tensors through the
+//! CUDA executor (NVDEC surfaces read in place vs pinned pool frames vs staged host frames), and one
+//! shared CUDA context for every decoder of a GPU. Skipped (exit 77 when only these run) where the
+//! clip has not been made.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pipeline/decode/cuda_device_context.hpp"
+#include "pipeline/decode/video_source.hpp"
+#include "pipeline/exec/cuda_executor.hpp"
+#include "tests/gpu/gpu_support.hpp"
+#include "tests/gpu/workloads.hpp"
+#include "tests/support/media_fixtures.hpp"
+
+extern "C" {
+#include <libavutil/buffer.h>
+#include <libavutil/log.h>
+}
+
+namespace framefuse::test {
+namespace {
+
+constexpr int kFrames = 8;
+
+std::filesystem::path sample_clip() {
+  const char* root = std::getenv("FRAMEFUSE_SOURCE_DIR");
+  return std::filesystem::path(root ? root : ".") / "samples" / "sample_720p.mp4";
+}
+
+DecodeOptions nvdec() {
+  DecodeOptions o;
+  o.decoder = DecoderKind::Nvdec;
+  o.cuda_device = 0;
+  return o;
+}
+
+DecodeOptions software(std::shared_ptr<FramePool> pool = nullptr) {
+  DecodeOptions o;
+  o.decoder = DecoderKind::Cpu;
+  o.pool = std::move(pool);
+  return o;
+}
+
+//! The first kFrames frames of `clip`, decoded as `options` says.
+std::vector<DecodedFrame> decode(const std::filesystem::path& clip, DecodeOptions options) {
+  SourceSpec spec;
+  spec.uri = clip.string();
+  spec.max_frames = kFrames;
+  VideoSource source(spec, "nvdec", std::move(options));
+  source.open();
+  std::vector<DecodedFrame> frames;
+  while (auto f = source.read()) frames.push_back(std::move(*f));
+  return frames;
+}
+
+//! NV12 planes as yuv420p planes (U and V de-interleaved).
+Planes nv12_as_yuv420p(const Planes& nv12) {
+  Planes out{nv12[0], {}, {}};
+  for (size_t i = 0; i + 1 < nv12[1].size(); i += 2) {
+    out[1].push_back(nv12[1][i]);
+    out[2].push_back(nv12[1][i + 1]);
+  }
+  return out;
+}
+
+class Nvdec : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    av_log_set_level(AV_LOG_ERROR);
+    // The runtime's primary context is active (with its default flags) before any decoder opens,
+    // as in the daemon, where executors may start first.
+    cuda::check(cudaSetDevice(0), "cudaSetDevice");
+    cuda::check(cudaFree(nullptr), "cudaFree");
+  }
+  void SetUp() override {
+    clip = sample_clip();
+    if (!std::filesystem::exists(clip)) GTEST_SKIP() << clip << " not found (run tools/make_sample_clip)";
+  }
+  std::filesystem::path clip;
+};
+
+TEST_F(Nvdec, DecodesTheSamePixelsAsSoftware) {
+  const auto gpu = decode(clip, nvdec());
+  const auto cpu = decode(clip, software());
+  ASSERT_EQ(gpu.size(), size_t(kFrames));
+  ASSERT_EQ(cpu.size(), size_t(kFrames));
+  for (int b = 0; b < kFrames; ++b) {
+    EXPECT_EQ(gpu[b].memory, FrameMemory::Device);
+    EXPECT_EQ(gpu[b].info.format, ops::PixelFormat::Nv12);
+    EXPECT_EQ(cpu[b].info.format, ops::PixelFormat::Yuv420p);
+    FrameInfo same = gpu[b].info;
+    same.format = cpu[b].info.format;
+    EXPECT_EQ(same, cpu[b].info) << "size and colour metadata";
+    const DecodedFrame host = to_host(gpu[b]);
+    EXPECT_EQ(host.memory, FrameMemory::Host);
+    EXPECT_TRUE(nv12_as_yuv420p(tight_planes(host)) == tight_planes(cpu[b])) << "frame " << b;
+  }
+}
+
+TEST_F(Nvdec, TensorsMatchSoftwareDecodeThroughTheCudaExecutor) {
+  auto pool = FramePool::create(default_pool_frames(kFrames, 0, true), 0);
+  ASSERT_EQ(pool->memory(), FrameMemory::Pinned);
+  const auto pinned = decode(clip, software(pool));
+  const auto surfaces = decode(clip, nvdec());
+  ASSERT_EQ(pinned.size(), size_t(kFrames));
+  ASSERT_EQ(surfaces.size(), size_t(kFrames));
+  std::vector<ops::ImageView> pinned_views, surface_views;
+  std::vector<FrameMemory> pinned_memory, surface_memory;
+  for (int b = 0; b < kFrames; ++b) {
+    ASSERT_EQ(pinned[b].memory, FrameMemory::Pinned);
+    ASSERT_EQ(surfaces[b].memory, FrameMemory::Device);
+    pinned_views.push_back(pinned[b].view);
+    pinned_memory.push_back(pinned[b].memory);
+    surface_views.push_back(surfaces[b].view);
+    surface_memory.push_back(surfaces[b].memory);
+  }
+  const FrameInfo& sw_info = pinned[0].info;
+  const FrameInfo& hw_info = surfaces[0].info;
+  const std::vector<OutputSpec> specs{classify_spec(), detect_spec(), thumbnail_spec()};
+  std::vector<OutputPlan> plans;
+  for (const auto& s : specs) plans.push_back(make_output_plan(s, sw_info, "nvdec/" + s.name));
+
+  auto staged = poisoned_outputs(plans, kFrames), direct = poisoned_outputs(plans, kFrames),
+       in_place = poisoned_outputs(plans, kFrames);
+  CudaExecutor gpu(0);
+  gpu.setup(sw_info, make_color_params(ColorSpec{}, sw_info), plans, kFrames);
+  gpu.process(pinned_views, pointers(staged));   // read as Host: staged through the executor's buffer
+  gpu.process_frames(pinned_views, pinned_memory, pointers(direct));   // DMA straight from the slots
+  gpu.setup(hw_info, make_color_params(ColorSpec{}, hw_info), plans, kFrames);
+  gpu.process_frames(surface_views, surface_memory, pointers(in_place));   // NVDEC surfaces, no copy
+  for (size_t k = 0; k < plans.size(); ++k) {
+    EXPECT_TRUE(same_bytes(direct[k], staged[k])) << "output " << specs[k].name << ": pinned vs staged upload";
+    EXPECT_TRUE(matches_cpu(in_place[k], staged[k], specs[k].dtype)) << "output " << specs[k].name << ": NVDEC";
+  }
+}
+
+TEST_F(Nvdec, DecodersShareOneContextPerGpu) {
+  AVBufferRef* a = cuda_decode_device(0);
+  AVBufferRef* b = cuda_decode_device(0);
+  EXPECT_EQ(a->data, b->data) << "one AVHWDeviceContext per GPU";
+  av_buffer_unref(&a);
+  av_buffer_unref(&b);
+
+  constexpr int kStreams = 8;
+  constexpr size_t kMiB = size_t(1) << 20;
+  size_t free_before = 0, free_after = 0, total = 0;
+  cuda::check(cudaMemGetInfo(&free_before, &total), "cudaMemGetInfo");
+  std::vector<std::unique_ptr<VideoSource>> sources;
+  std::vector<DecodedFrame> frames;
+  for (int i = 0; i < kStreams; ++i) {
+    SourceSpec spec;
+    spec.uri = clip.string();
+    sources.push_back(std::make_unique<VideoSource>(spec, "stream" + std::to_string(i), nvdec()));
+    sources.back()->open();
+    auto f = sources.back()->read();   // the NVDEC decoder is created at the first frame
+    ASSERT_TRUE(f.has_value()) << "stream " << i;
+    EXPECT_EQ(f->memory, FrameMemory::Device);
+    EXPECT_EQ(sources.back()->decoder(), DecoderKind::Nvdec);
+    frames.push_back(std::move(*f));
+  }
+  cuda::check(cudaMemGetInfo(&free_after, &total), "cudaMemGetInfo");
+  const double used_mib = double(int64_t(free_before) - int64_t(free_after)) / double(kMiB);
+  const double per_stream_mib = used_mib / kStreams;
+  std::printf("nvdec: %d open 720p streams took %.1f MiB of device memory, %.1f MiB each\n", kStreams, used_mib,
+              per_stream_mib);
+  EXPECT_LT(per_stream_mib, 200.0) << "a CUDA context per stream costs ~600 MiB each";
+}
+
+}  // namespace
+}  // namespace framefuse::test
