@@ -10,6 +10,7 @@
 #include "daemon/cli.hpp"
 #include "daemon/logging.hpp"
 #include "daemon/version.hpp"
+#include "pipeline/decode/ffmpeg_log.hpp"
 #include "pipeline/error.hpp"
 
 namespace {
@@ -65,6 +66,7 @@ int main(int argc, char** argv) {
     ff::daemon::setup_logging(cli.log_level.value_or(config.log.level),
                               config.log.format == ff::config::LogConfig::Format::Json ? ff::daemon::LogFormat::Json
                                                                                       : ff::daemon::LogFormat::Text);
+    ff::route_ffmpeg_logs();
   } catch (const std::exception& e) {
     return fail(2, e.what());
   }

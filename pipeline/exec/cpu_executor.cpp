@@ -56,9 +56,17 @@ void ParallelFor::run(int64_t n, const std::function<void(int64_t, int)>& fn) {
 
 namespace {
 
-//! One pixel in flight: R, G, B and an unused lane, so each op on it is one SIMD instruction doing
-//! per lane exactly the float operation Vec3's operators do.
-using Px = float __attribute__((vector_size(16)));
+//! Row buffers hold a pixel as 4 floats: R, G, B and an unused lane (kept 0). A pixel in flight is
+//! one SIMD register, each op on it doing per lane exactly the float operation Vec3's operators do.
+constexpr int kLanes = 4;
+using Px = float __attribute__((vector_size(kLanes * sizeof(float))));
+
+Px load_px(const float* p) {
+  Px v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+void store_px(float* p, Px v) { __builtin_memcpy(p, &v, sizeof v); }
 
 //! Output rows per work item: enough items to balance threads, few enough row-cache refills.
 constexpr int32_t kBandRows = 16;
@@ -141,10 +149,10 @@ RowPlan make_row_plan(const ops::Chain::Params& p) {
 
 struct RowScratch {
   std::vector<float> luma, cb, cr;   //!< one source row's samples at the plan's cols
-  std::vector<Px> src;        //!< one converted source row: the plan's cols
-  std::vector<Px> cache;      //!< cache_rows horizontally resampled rows, visible width each
+  std::vector<float> src;     //!< one converted source row: the plan's cols
+  std::vector<float> cache;   //!< cache_rows horizontally resampled rows, visible width each
   std::vector<int32_t> held;  //!< crop row held by each cache slot, -1 none
-  std::vector<Px> line;       //!< one output row before the store
+  std::vector<float> line;    //!< one output row before the store
 };
 
 namespace {
@@ -154,7 +162,7 @@ namespace {
 template <class Reader>
 void convert_row(const Reader& src, int x0, int y, const std::vector<int32_t>& cols, RowScratch& s) {
   const int n = static_cast<int>(cols.size());
-  Px* out = s.src.data();
+  float* __restrict out = s.src.data();
   if constexpr (Reader::kYuv) {
     float* __restrict l = s.luma.data();
     float* __restrict u = s.cb.data();
@@ -163,12 +171,18 @@ void convert_row(const Reader& src, int x0, int y, const std::vector<int32_t>& c
     const ops::YuvToRgb::Params p = src.color.yuv;
     for (int i = 0; i < n; ++i) {
       const ops::Vec3 c = ops::YuvToRgb::apply(l[i], u[i], v[i], p);
-      out[i] = Px{c.x, c.y, c.z, 0.f};
+      out[kLanes * i] = c.x;
+      out[kLanes * i + 1] = c.y;
+      out[kLanes * i + 2] = c.z;
+      out[kLanes * i + 3] = 0.f;
     }
   } else {
     for (int i = 0; i < n; ++i) {
       const ops::Vec3 c = src.rgb(x0 + cols[i], y);
-      out[i] = Px{c.x, c.y, c.z, 0.f};
+      out[kLanes * i] = c.x;
+      out[kLanes * i + 1] = c.y;
+      out[kLanes * i + 2] = c.z;
+      out[kLanes * i + 3] = 0.f;
     }
   }
 }
@@ -176,19 +190,19 @@ void convert_row(const Reader& src, int x0, int y, const std::vector<int32_t>& c
 //! out[j] = 0 + in[index] * weight summed in tap order: Resize::sample's row sums (and its
 //! a * (1 - ax) + b * ax for two taps).
 template <int Taps>
-void resample_row(const Px* in, const AxisTaps& t, Px* out) {
+void resample_row(const float* in, const AxisTaps& t, float* out) {
   const int taps = Taps > 0 ? Taps : t.taps;
   const int32_t* index = t.index.data();
   const float* weight = t.weight.data();
   const int n = t.hi - t.lo;
   for (int j = 0; j < n; ++j) {
     Px s = {0.f, 0.f, 0.f, 0.f};
-    for (int k = 0; k < taps; ++k) s = s + in[index[j * taps + k]] * weight[j * taps + k];
-    out[j] = s;
+    for (int k = 0; k < taps; ++k) s = s + load_px(in + kLanes * index[j * taps + k]) * weight[j * taps + k];
+    store_px(out + kLanes * j, s);
   }
 }
 
-void resample(const Px* in, const AxisTaps& t, Px* out) {
+void resample(const float* in, const AxisTaps& t, float* out) {
   switch (t.taps) {
     case 1: return resample_row<1>(in, t, out);
     case 2: return resample_row<2>(in, t, out);
@@ -199,13 +213,13 @@ void resample(const Px* in, const AxisTaps& t, Px* out) {
 //! Channel order, normalize and store of one output row (pixels `line`, pad included) into row y
 //! of the frame's tensor `frame`.
 template <ops::Channels C, ops::DType D, ops::Layout L>
-void store_row(const Px* line, const ops::Chain::Params& p, std::byte* frame, int y) {
+void store_row(const float* line, const ops::Chain::Params& p, std::byte* frame, int y) {
   using T = std::conditional_t<D == ops::DType::F32, float,
                                std::conditional_t<D == ops::DType::F16, uint16_t, uint8_t>>;
   constexpr int channels = C == ops::Channels::Gray ? 1 : 3;
   const int w = p.store.width;
   T* base = reinterpret_cast<T*>(frame);
-  const auto value = [&](const Px& v, int c) -> T {
+  const auto value = [&](const float* v, int c) -> T {
     float f;
     if constexpr (C == ops::Channels::Gray) {
       f = ops::rgb_to_gray({v[0], v[1], v[2]});
@@ -226,16 +240,16 @@ void store_row(const Px* line, const ops::Chain::Params& p, std::byte* frame, in
   if constexpr (L == ops::Layout::Chw) {
     for (int c = 0; c < channels; ++c) {
       T* out = base + (int64_t(c) * p.store.height + y) * w;
-      for (int x = 0; x < w; ++x) out[x] = value(line[x], c);
+      for (int x = 0; x < w; ++x) out[x] = value(line + kLanes * x, c);
     }
   } else {
     T* out = base + int64_t(y) * w * channels;
     for (int x = 0; x < w; ++x)
-      for (int c = 0; c < channels; ++c) out[x * channels + c] = value(line[x], c);
+      for (int c = 0; c < channels; ++c) out[x * channels + c] = value(line + kLanes * x, c);
   }
 }
 
-using StoreRow = void (*)(const Px*, const ops::Chain::Params&, std::byte*, int);
+using StoreRow = void (*)(const float*, const ops::Chain::Params&, std::byte*, int);
 
 template <ops::Channels C, ops::DType D>
 StoreRow store_for(ops::Layout l) {
@@ -270,11 +284,13 @@ void run_band(const Reader& src, const ops::Chain::Params& p, const RowPlan& pla
   const int w = p.store.width;
   const int visible = plan.x.hi - plan.x.lo;   // resized columns the window shows ...
   const int first = plan.x.lo - p.off_x;       // ... from this output column on
-  const Px pad{p.pad[0], p.pad[1], p.pad[2], 0.f};
+  const auto fill_pad = [&](float* px, int n) {
+    for (int i = 0; i < n; ++i) store_px(px + kLanes * i, Px{p.pad[0], p.pad[1], p.pad[2], 0.f});
+  };
   std::fill(s.held.begin(), s.held.begin() + plan.cache_rows, -1);
-  const auto resampled_row = [&](int r) -> const Px* {   // crop row r after the horizontal pass
+  const auto resampled_row = [&](int r) -> const float* {   // crop row r after the horizontal pass
     const int slot = r % plan.cache_rows;
-    Px* h = s.cache.data() + size_t(slot) * visible;
+    float* h = s.cache.data() + size_t(slot) * visible * kLanes;
     if (s.held[slot] != r) {
       convert_row(src, p.resize.x0, p.resize.y0 + r, plan.cols, s);
       resample(s.src.data(), plan.x, h);
@@ -282,22 +298,23 @@ void run_band(const Reader& src, const ops::Chain::Params& p, const RowPlan& pla
     }
     return h;
   };
-  Px* line = s.line.data();
+  float* line = s.line.data();
   for (int y = y_begin; y < y_end; ++y) {
     const int ry = y + p.off_y;
     if (visible == 0 || ry < plan.y.lo || ry >= plan.y.hi) {
-      std::fill(line, line + w, pad);
+      fill_pad(line, w);
     } else {
-      std::fill(line, line + first, pad);
-      std::fill(line + first + visible, line + w, pad);
-      Px* acc = line + first;
-      std::fill(acc, acc + visible, Px{0.f, 0.f, 0.f, 0.f});
+      fill_pad(line, first);
+      fill_pad(line + kLanes * (first + visible), w - first - visible);
+      float* __restrict acc = line + kLanes * first;
+      const int n = kLanes * visible;
+      std::fill(acc, acc + n, 0.f);
       const int e = (ry - plan.y.lo) * plan.y.taps;
       for (int t = 0; t < plan.y.taps; ++t) {   // Resize::sample's sum over rows, in its order
         const float wy = plan.y.weight[e + t];
         if (wy == 0.f) continue;   // would add exactly +0
-        const Px* h = resampled_row(plan.y.index[e + t]);
-        for (int j = 0; j < visible; ++j) acc[j] = acc[j] + h[j] * wy;
+        const float* __restrict h = resampled_row(plan.y.index[e + t]);
+        for (int i = 0; i < n; ++i) acc[i] = acc[i] + h[i] * wy;
       }
     }
     store(line, p, frame, y);
@@ -353,10 +370,10 @@ void CpuExecutor::plan_rows() {
     s.luma.resize(src);
     s.cb.resize(src);
     s.cr.resize(src);
-    s.src.resize(src);
-    s.cache.resize(cache);
+    s.src.resize(kLanes * src);
+    s.cache.resize(kLanes * cache);
     s.held.resize(held);
-    s.line.resize(line);
+    s.line.resize(kLanes * line);
   }
 }
 

@@ -5,12 +5,10 @@
 
 namespace framefuse {
 
-namespace {
-int64_t now_ns() {
+int64_t steady_now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
-}  // namespace
 
 void PipelineStats::observe_latency(double seconds) {
   size_t i = 0;
@@ -60,7 +58,7 @@ PipelineSnapshot PipelineStats::snapshot() {
   s.pool_in_use = pool_in_use.load(std::memory_order_relaxed);
   s.pool_capacity = pool_capacity.load(std::memory_order_relaxed);
   s.nvdec_fallbacks = nvdec_fallbacks.load(std::memory_order_relaxed);
-  const int64_t now = now_ns();
+  const int64_t now = steady_now_ns();
   const int64_t last = last_frame_ns.load(std::memory_order_relaxed);
   s.last_frame_age_s = last > 0 ? double(now - last) * 1e-9 : -1.0;
   for (size_t i = 0; i < latency_counts_.size(); ++i) s.latency_counts[i] = latency_counts_[i].load(std::memory_order_relaxed);
@@ -71,7 +69,7 @@ PipelineSnapshot PipelineStats::snapshot() {
     s.last_error = text_.error;
     s.decoder = text_.decoder;
     if (now - fps_last_ns_ >= 1'000'000'000) {   // refresh at most once a second, whoever asks
-      if (fps_last_ns_ > 0) fps_ = double(s.frames_processed - fps_last_frames_) / (double(now - fps_last_ns_) * 1e-9);
+      fps_ = double(s.frames_processed - fps_last_frames_) / (double(now - fps_last_ns_) * 1e-9);
       fps_last_ns_ = now;
       fps_last_frames_ = s.frames_processed;
     }

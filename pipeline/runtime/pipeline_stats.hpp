@@ -62,6 +62,9 @@ struct PipelineSnapshot {
   std::optional<ControlSnapshot> control;   //!< set once a control iteration completed
 };
 
+//! steady_clock now, in ns since its epoch (the clock of last_frame_ns).
+int64_t steady_now_ns();
+
 class PipelineStats {
  public:
   std::atomic<uint64_t> frames_decoded{0}, frames_processed{0}, decode_errors{0}, reconnects{0};
@@ -106,7 +109,7 @@ class PipelineStats {
     std::array<uint64_t, control::Health::kConditions> events_before{};   //!< totals of earlier setups
   };
   Control control_;
-  int64_t fps_last_ns_ = 0;          // guarded by text_.mu
+  int64_t fps_last_ns_ = steady_now_ns();   // fps window starts at construction; guarded by text_.mu
   uint64_t fps_last_frames_ = 0;
   double fps_ = 0;
 };

@@ -1,5 +1,6 @@
 #pragma once
 //! Credential redaction for anything shown to people or scrapers (logs, metrics, /status, errors).
+#include <cctype>
 #include <string>
 #include <string_view>
 
@@ -19,6 +20,25 @@ inline std::string redact_uri(std::string_view uri) {
   out += authority.substr(0, colon == std::string_view::npos ? at : colon);
   out += ":***";
   out += uri.substr(start + at);
+  return out;
+}
+
+//! Redacts every "scheme://user:secret@" inside free text (log lines from libraries, error strings).
+inline std::string redact_text(std::string_view text) {
+  std::string out;
+  size_t pos = 0;
+  while (true) {
+    const auto scheme = text.find("://", pos);
+    if (scheme == std::string_view::npos) break;
+    const auto end = text.find_first_of(" \t\r\n\"'<>", scheme);
+    size_t start = scheme;
+    while (start > pos && std::isalnum(static_cast<unsigned char>(text[start - 1]))) --start;
+    out.append(text.substr(pos, start - pos));
+    const auto token = text.substr(start, end == std::string_view::npos ? text.npos : end - start);
+    out += redact_uri(token);
+    pos = start + token.size();
+  }
+  out.append(text.substr(pos));
   return out;
 }
 

@@ -36,7 +36,8 @@ def main():
         f"( videotestsrc is-live=true pattern=ball ! video/x-raw,width={width},height={height},"
         f"framerate={args.fps}/1 ! x264enc tune=zerolatency speed-preset=ultrafast threads=1 "
         f"key-int-max={args.fps} ! rtph264pay name=pay0 pt=96 config-interval=-1 )")
-    factory.set_shared(True)   # one encoder for every client
+    # A pipeline per client: a stale session's TEARDOWN (after SIGSTOP/SIGCONT) ends only itself.
+    factory.set_shared(False)
 
     if args.user:
         name, password = args.user.split(":", 1)

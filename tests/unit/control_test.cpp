@@ -277,6 +277,48 @@ TEST(Stats, MatchDirectComputationOnTheThumbnail) {
   EXPECT_GT(s1.region[2].white_fraction, 0.1f);
 }
 
+TEST(Stats, PartialSumsMergedInAnyOrderEqualTheSequentialSums) {
+  // What a GPU block does: threads sum strided pixels privately, warps fold their lanes' sums
+  // field by field (for_each_field, as shuffles would), and warp totals merge() in whatever order
+  // they arrive. Integer sums: the result equals the one-pass CPU sums exactly.
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> luma(-0.1f, 1.1f);
+  std::vector<float> cur(control::kThumbPixels), prev(control::kThumbPixels);
+  for (size_t i = 0; i < cur.size(); ++i) {
+    cur[i] = luma(rng);
+    prev[i] = i % 3 ? cur[i] : luma(rng);
+  }
+  const control::Region region = control::thumb_region(33, 10, 200, 150, kW, kH);
+  const auto sample = [&](int32_t t) {
+    int32_t x, y;
+    control::region_pixel(region, t, x, y);
+    return control::sample_pixel(cur[size_t(y) * control::kThumbW + x], prev[size_t(y) * control::kThumbW + x], true,
+                                 x, y);
+  };
+  control::RegionSums sequential{};
+  for (int32_t t = 0; t < control::pixel_count(region); ++t) control::add_sample(sequential, sample(t));
+
+  constexpr int kThreads = 96, kLanes = 32;
+  std::vector<control::RegionSums> lanes(kThreads, control::RegionSums{});
+  for (int32_t t = 0; t < control::pixel_count(region); ++t) control::add_sample(lanes[size_t(t % kThreads)], sample(t));
+  control::RegionSums total{};
+  const auto plus = [](uint64_t& d, uint64_t v) { d += v; };
+  for (int warp = kThreads / kLanes - 1; warp >= 0; --warp) {   // warps merge in reverse order
+    for (int off = kLanes / 2; off > 0; off /= 2) {                // shuffle-down tree
+      for (int l = 0; l < off; ++l) {
+        std::vector<uint64_t> from;
+        control::for_each_field(lanes[size_t(warp * kLanes + l + off)], [&](uint64_t& v) { from.push_back(v); });
+        size_t f = 0;
+        control::for_each_field(lanes[size_t(warp * kLanes + l)], [&](uint64_t& v) { v += from[f++]; });
+      }
+    }
+    control::merge(total, lanes[size_t(warp * kLanes)], plus);
+  }
+  EXPECT_EQ(std::memcmp(&total, &sequential, sizeof total), 0);
+  EXPECT_EQ(total.pixels, uint64_t(control::pixel_count(region)));
+  EXPECT_GT(total.moving, 0u);
+}
+
 TEST(Stats, ThumbnailFromTheFusedPassKeepsTheFrameMean) {
   // Area averaging by 2.5 x 2.5 weighs every source pixel equally: the thumbnail's mean is the
   // frame's mean luma, and a window's mean is that of the pixels under it.

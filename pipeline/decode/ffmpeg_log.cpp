@@ -1,0 +1,46 @@
+#include "pipeline/decode/ffmpeg_log.hpp"
+
+extern "C" {
+#include <libavutil/log.h>
+}
+
+#include <spdlog/spdlog.h>
+
+#include <cstdarg>
+#include <string>
+
+#include "pipeline/util/redact.hpp"
+
+namespace framefuse {
+namespace {
+
+spdlog::level::level_enum level_for(int av_level) {
+  if (av_level <= AV_LOG_ERROR) return spdlog::level::warn;
+  if (av_level <= AV_LOG_WARNING) return spdlog::level::debug;
+  return spdlog::level::trace;
+}
+
+void on_av_log(void* avcl, int av_level, const char* fmt, va_list args) {
+  if (av_level > av_log_get_level()) return;
+  const auto level = level_for(av_level);
+  if (!spdlog::should_log(level)) return;
+  // FFmpeg may emit one line in several calls: assemble per thread, emit at the newline.
+  thread_local std::string line;
+  thread_local int print_prefix = 1;
+  char buf[1024];
+  av_log_format_line2(avcl, av_level, fmt, args, buf, sizeof buf, &print_prefix);
+  line += buf;
+  if (line.empty() || line.back() != '\n') return;
+  line.pop_back();
+  spdlog::log(level, "ffmpeg: {}", redact_text(line));
+  line.clear();
+}
+
+}  // namespace
+
+void route_ffmpeg_logs() {
+  av_log_set_level(AV_LOG_WARNING);
+  av_log_set_callback(on_av_log);
+}
+
+}  // namespace framefuse
