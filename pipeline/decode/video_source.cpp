@@ -271,7 +271,9 @@ struct VideoSource::Impl {
     av_dict_free(&opts);
     if (err < 0) fail(open_reason(err));
     format.reset(ctx);
-    if ((err = avformat_find_stream_info(ctx, nullptr)) < 0) fail(open_reason(err));
+    // Interrupted probing may still "succeed"; an RTSP/TCP read cut short leaves the session out of
+    // step (the rest of a packet reads as a reply), so it is over either way.
+    if ((err = avformat_find_stream_info(ctx, nullptr)) < 0 || interrupt_cb(this)) fail(open_reason(err));
     stream_index = av_find_best_stream(ctx, AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
     if (stream_index < 0) fail("no video stream");
     const AVStream* st = ctx->streams[stream_index];

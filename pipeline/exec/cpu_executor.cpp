@@ -1,6 +1,8 @@
 #include "pipeline/exec/cpu_executor.hpp"
 
 #include <algorithm>
+#include <type_traits>
+#include <utility>
 #include <spdlog/fmt/fmt.h>
 
 #include "pipeline/error.hpp"
@@ -210,43 +212,58 @@ void resample(const float* in, const AxisTaps& t, float* out) {
   }
 }
 
+//! Output channel c of a row-buffer pixel in the order C (Chain::pixel's switch).
+template <ops::Channels C, int c>
+float channel(const float* px) {
+  if constexpr (C == ops::Channels::Gray) {
+    return ops::rgb_to_gray({px[0], px[1], px[2]});
+  } else if constexpr (C == ops::Channels::Bgr) {
+    return px[2 - c];
+  } else {
+    return px[c];
+  }
+}
+
+template <ops::DType D>
+using Element = std::conditional_t<D == ops::DType::F32, float,
+                                   std::conditional_t<D == ops::DType::F16, uint16_t, uint8_t>>;
+
+//! Store::apply's element conversion.
+template <ops::DType D>
+Element<D> element(float v) {
+  if constexpr (D == ops::DType::F32) {
+    return v;
+  } else if constexpr (D == ops::DType::F16) {
+    return ops::to_half_bits(v);
+  } else {
+    return ops::saturate_u8(v);
+  }
+}
+
 //! Channel order, normalize and store of one output row (pixels `line`, pad included) into row y
-//! of the frame's tensor `frame`.
+//! of the frame's tensor `frame`. Channels are compile-time, so each loop is one vectorised pass.
 template <ops::Channels C, ops::DType D, ops::Layout L>
-void store_row(const float* line, const ops::Chain::Params& p, std::byte* frame, int y) {
-  using T = std::conditional_t<D == ops::DType::F32, float,
-                               std::conditional_t<D == ops::DType::F16, uint16_t, uint8_t>>;
+void store_row(const float* __restrict line, const ops::Chain::Params& p, std::byte* frame, int y) {
+  using T = Element<D>;
   constexpr int channels = C == ops::Channels::Gray ? 1 : 3;
   const int w = p.store.width;
-  T* base = reinterpret_cast<T*>(frame);
-  const auto value = [&](const float* v, int c) -> T {
-    float f;
-    if constexpr (C == ops::Channels::Gray) {
-      f = ops::rgb_to_gray({v[0], v[1], v[2]});
-    } else if constexpr (C == ops::Channels::Bgr) {
-      f = v[2 - c];
+  const ops::Normalize::Params norm = p.norm;   // a copy the stores cannot alias
+  T* __restrict base = reinterpret_cast<T*>(frame);
+  [&]<int... c>(std::integer_sequence<int, c...>) {
+    if constexpr (L == ops::Layout::Chw) {
+      (
+          [&] {
+            T* __restrict out = base + (int64_t(c) * p.store.height + y) * w;
+            for (int x = 0; x < w; ++x)
+              out[x] = element<D>(ops::Normalize::apply(channel<C, c>(line + kLanes * x), c, norm));
+          }(),
+          ...);
     } else {
-      f = v[c];
+      T* __restrict out = base + int64_t(y) * w * channels;
+      for (int x = 0; x < w; ++x)
+        ((out[x * channels + c] = element<D>(ops::Normalize::apply(channel<C, c>(line + kLanes * x), c, norm))), ...);
     }
-    const float n = ops::Normalize::apply(f, c, p.norm);
-    if constexpr (D == ops::DType::F32) {
-      return n;
-    } else if constexpr (D == ops::DType::F16) {
-      return ops::to_half_bits(n);
-    } else {
-      return ops::saturate_u8(n);
-    }
-  };
-  if constexpr (L == ops::Layout::Chw) {
-    for (int c = 0; c < channels; ++c) {
-      T* out = base + (int64_t(c) * p.store.height + y) * w;
-      for (int x = 0; x < w; ++x) out[x] = value(line + kLanes * x, c);
-    }
-  } else {
-    T* out = base + int64_t(y) * w * channels;
-    for (int x = 0; x < w; ++x)
-      for (int c = 0; c < channels; ++c) out[x * channels + c] = value(line + kLanes * x, c);
-  }
+  }(std::make_integer_sequence<int, channels>{});
 }
 
 using StoreRow = void (*)(const float*, const ops::Chain::Params&, std::byte*, int);

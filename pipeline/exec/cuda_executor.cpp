@@ -6,6 +6,12 @@
 #include "pipeline/error.hpp"
 
 namespace framefuse {
+namespace {
+//! Every plane and tensor region starts on a 256-byte boundary: aligned vector access for any
+//! dtype whatever the odd sizes before it.
+constexpr size_t kAlign = 256;
+constexpr size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+}  // namespace
 
 CudaExecutor::CudaExecutor(int index) : device_(index) {
   cuda::check(cudaSetDevice(device_), "cudaSetDevice");
@@ -24,13 +30,16 @@ void CudaExecutor::setup(const FrameInfo& frame, const ops::ColorParams& color, 
   frame_bytes_ = 0;
   for (int i = 0; i < ops::plane_count(frame.format); ++i) {
     const auto s = ops::plane_shape(frame.format, frame.width, frame.height, i);
-    frame_bytes_ += size_t(s.row_bytes) * s.rows;
+    plane_offsets_[size_t(i)] = frame_bytes_;
+    frame_bytes_ = align_up(frame_bytes_ + size_t(s.row_bytes) * s.rows);
   }
   out_bytes_.clear();
+  out_offsets_.clear();
   size_t out_total = 0;
   for (const auto& p : plans) {
     out_bytes_.push_back(p.bytes_per_frame);
-    out_total += p.bytes_per_frame * max_batch;
+    out_offsets_.push_back(out_total);
+    out_total = align_up(out_total + p.bytes_per_frame * max_batch);
   }
   copy_ = cuda::make_stream();
   compute_ = cuda::make_stream();
@@ -45,11 +54,7 @@ void CudaExecutor::setup(const FrameInfo& frame, const ops::ColorParams& color, 
   fused_.setup(frame, plans, max_batch);
   slots_.assign(size_t(max_batch), FrameSlot{});
   dev_outs_.clear();
-  size_t offset = 0;
-  for (const size_t bytes : out_bytes_) {
-    dev_outs_.push_back(dev_out_.as() + offset);
-    offset += bytes * max_batch;
-  }
+  for (const size_t offset : out_offsets_) dev_outs_.push_back(dev_out_.as() + offset);
 }
 
 void CudaExecutor::setup_control(const control::ControlParams& /*params*/) {
@@ -68,11 +73,8 @@ void CudaExecutor::process_frames(std::span<const ops::ImageView> frames, std::s
   cuda::check(cudaSetDevice(device_), "cudaSetDevice");
   enqueue(frames, memory);
   cuda::check(cudaEventSynchronize(downloaded_), "wait for outputs");
-  size_t offset = 0;
-  for (size_t k = 0; k < out_bytes_.size(); ++k) {
-    std::memcpy(outs[k], host_out_.as() + offset, out_bytes_[k] * frames.size());
-    offset += out_bytes_[k] * fused_.max_batch();
-  }
+  for (size_t k = 0; k < out_bytes_.size(); ++k)
+    std::memcpy(outs[k], host_out_.as() + out_offsets_[k], out_bytes_[k] * frames.size());
 }
 
 void CudaExecutor::enqueue(std::span<const ops::ImageView> frames, std::span<const FrameMemory> memory) {
@@ -90,9 +92,9 @@ void CudaExecutor::enqueue(std::span<const ops::ImageView> frames, std::span<con
     view.width = frame_.width;
     view.height = frame_.height;
     view.format = frame_.format;
-    size_t offset = 0;
     for (int i = 0; i < ops::plane_count(frame_.format); ++i) {
       const auto s = ops::plane_shape(frame_.format, frame_.width, frame_.height, i);
+      const size_t offset = plane_offsets_[size_t(i)];
       const uint8_t* src = frames[b].data[i];
       if (memory[b] == FrameMemory::Pinned) {
         cuda::check(cudaMemcpy2DAsync(dev + offset, s.row_bytes, src, frames[b].pitch[i], s.row_bytes, s.rows,
@@ -104,7 +106,6 @@ void CudaExecutor::enqueue(std::span<const ops::ImageView> frames, std::span<con
       }
       view.data[i] = reinterpret_cast<const uint8_t*>(dev + offset);
       view.pitch[i] = s.row_bytes;
-      offset += size_t(s.row_bytes) * s.rows;
     }
     if (memory[b] == FrameMemory::Host)
       cuda::check(cudaMemcpyAsync(dev, staged, frame_bytes_, cudaMemcpyHostToDevice, copy_), "upload frame");
@@ -121,12 +122,10 @@ void CudaExecutor::enqueue(std::span<const ops::ImageView> frames, std::span<con
   fused_.run(compute_);
   cuda::check(cudaEventRecord(computed_, compute_), "cudaEventRecord");   // frame memory is free from here
   cuda::check(cudaStreamWaitEvent(copy_, computed_, 0), "cudaStreamWaitEvent");
-  size_t offset = 0;
   for (size_t k = 0; k < out_bytes_.size(); ++k) {
-    cuda::check(cudaMemcpyAsync(host_out_.as() + offset, dev_outs_[k], out_bytes_[k] * frames.size(),
+    cuda::check(cudaMemcpyAsync(host_out_.as() + out_offsets_[k], dev_outs_[k], out_bytes_[k] * frames.size(),
                                 cudaMemcpyDeviceToHost, copy_),
                 "download outputs");
-    offset += out_bytes_[k] * fused_.max_batch();
   }
   cuda::check(cudaEventRecord(downloaded_, copy_), "cudaEventRecord");
 }

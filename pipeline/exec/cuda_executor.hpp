@@ -38,8 +38,10 @@ class CudaExecutor final : public Executor {
   std::string device_name_;
   FrameInfo frame_{};
   ops::ColorParams color_{};
-  size_t frame_bytes_ = 0;
-  std::vector<size_t> out_bytes_;   //!< per output, per frame
+  size_t frame_bytes_ = 0;                  //!< one frame slot of host_in_/dev_in_, planes aligned
+  std::array<size_t, 3> plane_offsets_{};   //!< plane i of a slot starts here
+  std::vector<size_t> out_bytes_;           //!< per output, per frame
+  std::vector<size_t> out_offsets_;         //!< per output: its [max_batch, ...] region in host_out_/dev_out_
   cuda::Stream copy_, compute_;
   cuda::Event uploaded_, decoded_, computed_, downloaded_;
   cuda::PinnedBuffer host_in_, host_out_;

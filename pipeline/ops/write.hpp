@@ -23,34 +23,33 @@ FF_HD int round_even(float v) {
 }
 
 //! Clamps in float first: converting an out-of-int-range float (or NaN) to int is undefined on the
-//! host, so large values, infinities and NaN (-> 0) must never reach the conversion.
+//! host, so large values, infinities and NaN (-> 0) must never reach the conversion. On the host,
+//! adding and removing 2^23 rounds 0..255 to an integer, ties to even, exactly as rintf does, with
+//! no library call, so loops of stores vectorise (not under -ffast-math, which would fold it).
 FF_HD uint8_t saturate_u8(float v) {
-  return static_cast<uint8_t>(round_even(v > 0.f ? (v < 255.f ? v : 255.f) : 0.f));
+  const float c = v > 0.f ? (v < 255.f ? v : 255.f) : 0.f;
+#if defined(__CUDA_ARCH__) || defined(__FAST_MATH__)
+  return static_cast<uint8_t>(round_even(c));
+#else
+  return static_cast<uint8_t>(static_cast<int>((c + 0x1p23f) - 0x1p23f));
+#endif
 }
 
-//! IEEE binary16 bits of v, round-to-nearest-even; identical on host and device.
+//! IEEE binary16 bits of v, round-to-nearest-even; identical on host and device. The host path is
+//! branch-free (selects only), so loops of it vectorise: normal halves round by integer adds on the
+//! rebased bits; subnormal halves come from one float add of 0.5, whose own rounding (to nearest,
+//! ties to even) leaves the half's mantissa in the low bits.
 FF_HD uint16_t to_half_bits(float v) {
 #if defined(__CUDA_ARCH__)
   return __half_as_ushort(__float2half_rn(v));
 #else
-  uint32_t x = __builtin_bit_cast(uint32_t, v);
-  const uint32_t sign = (x >> 16) & 0x8000u;
-  x &= 0x7fffffffu;
-  if (x >= 0x7f800000u) return uint16_t(sign | 0x7c00u | (x > 0x7f800000u ? 0x200u : 0u));  // inf/nan
-  if (x >= 0x477ff000u) return uint16_t(sign | 0x7c00u);   // rounds to >= 65520: overflow to inf
-  if (x < 0x38800000u) {                                     // subnormal half (or zero)
-    if (x < 0x33000000u) return uint16_t(sign);              // < 2^-25 rounds to zero
-    const uint32_t mant = (x & 0x7fffffu) | 0x800000u;
-    const int shift = 126 - int(x >> 23);                    // 14..24
-    const uint32_t half_ulp = 1u << (shift - 1), rest = mant & ((1u << shift) - 1u);
-    uint32_t h = mant >> shift;
-    if (rest > half_ulp || (rest == half_ulp && (h & 1u))) ++h;
-    return uint16_t(sign | h);
-  }
-  uint32_t h = ((x - 0x38000000u) >> 13);
-  const uint32_t rest = x & 0x1fffu;
-  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
-  return uint16_t(sign | h);
+  const uint32_t bits = __builtin_bit_cast(uint32_t, v);
+  const int32_t x = static_cast<int32_t>(bits & 0x7fffffffu);   // |v|, compared as signed: SSE2 has that
+  const int32_t normal = (x - 0x37fff001 + ((x >> 13) & 1)) >> 13;   // rebias 127 -> 15, + 0xfff + odd
+  const int32_t subnormal = __builtin_bit_cast(int32_t, __builtin_bit_cast(float, x) + 0.5f) - 0x3f000000;
+  int32_t h = x < 0x38800000 ? subnormal : normal;   // below 2^-14: a subnormal half (or zero)
+  h = x >= 0x47800000 ? (x > 0x7f800000 ? 0x7e00 : 0x7c00) : h;   // >= 2^16 (or inf): inf; NaN: quiet NaN
+  return static_cast<uint16_t>(((bits >> 16) & 0x8000u) | static_cast<uint32_t>(h));
 #endif
 }
 

@@ -1,7 +1,7 @@
 """A real RTSP server for the integration tests: GStreamer's gst-rtsp-server (python3-gi) serving a
 synthetic live H.264 stream (videotestsrc ! x264enc ! rtph264pay) on 127.0.0.1 only.
 
-Usage: rtsp_server.py PORT [--path /cam] [--user NAME:PASSWORD] [--size 320x240] [--fps 15]
+Usage: rtsp_server.py PORT [--path /cam] [--user NAME:PASSWORD] [--size 320x240] [--fps 30]
 Prints "READY" on stdout once listening; runs until killed. With --user, clients must
 authenticate (HTTP Basic), so credentials in the client's URI are really used.
 """
@@ -21,7 +21,7 @@ def main():
     ap.add_argument("--path", default="/cam")
     ap.add_argument("--user", help="NAME:PASSWORD required from clients")
     ap.add_argument("--size", default="320x240")
-    ap.add_argument("--fps", type=int, default=15)
+    ap.add_argument("--fps", type=int, default=30)
     args = ap.parse_args()
     width, height = (int(v) for v in args.size.split("x"))
 

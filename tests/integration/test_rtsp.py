@@ -22,7 +22,7 @@ HERE = Path(__file__).resolve().parent
 SERVER_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 
 STALL_S = 2.0           # stall_timeout
-SOCKET_TIMEOUT_S = 2.0  # timeout: also the stalled session's grace before it is given up
+SOCKET_TIMEOUT_S = 3.0  # timeout: also the stalled session's grace before it is given up
 FILE_FPS = 30
 SKIP = 77
 
