@@ -101,4 +101,12 @@ inline PinnedBuffer alloc_pinned(size_t bytes) {
   return PinnedBuffer(p, bytes);
 }
 
+//! Pinned host memory the device writes directly (cudaHostAllocMapped); its device address comes
+//! from cudaHostGetDevicePointer.
+inline PinnedBuffer alloc_mapped(size_t bytes) {
+  void* p = nullptr;
+  check(cudaHostAlloc(&p, bytes, cudaHostAllocMapped), "cudaHostAlloc(mapped)");
+  return PinnedBuffer(p, bytes);
+}
+
 }  // namespace framefuse::cuda

@@ -263,8 +263,8 @@ struct VideoSource::Impl {
       // µs, FFmpeg >= 5 name. A backstop behind our deadlines (open: socket_timeout, read:
       // read_timeout()), which fire first and say what happened; when FFmpeg's own timeout ends a
       // read, its parsers first hand out a stale frame, which would read as a sign of life.
-      av_dict_set_int(&opts, "timeout",
-                      std::chrono::duration_cast<std::chrono::microseconds>(read_timeout() + spec.socket_timeout).count(), 0);
+      const auto backstop = std::chrono::duration_cast<std::chrono::microseconds>(read_timeout() + spec.socket_timeout);
+      av_dict_set_int(&opts, "timeout", backstop.count(), 0);
       av_dict_set(&opts, "allowed_media_types", "video", 0);               // no audio SETUP
     }
     int err = avformat_open_input(&ctx, spec.uri.c_str(), nullptr, &opts);   // frees ctx on failure

@@ -1,6 +1,9 @@
 #include "pipeline/exec/cpu_executor.hpp"
 
 #include <algorithm>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include <type_traits>
 #include <utility>
 #include <spdlog/fmt/fmt.h>
@@ -73,6 +76,17 @@ void store_px(float* p, Px v) { __builtin_memcpy(p, &v, sizeof v); }
 //! Output rows per work item: enough items to balance threads, few enough row-cache refills.
 constexpr int32_t kBandRows = 16;
 
+//! A row's columns are converted as one run when they span at most this many times their count.
+constexpr int32_t kDenseSpan = 2;
+
+//! The row loops get an AVX2 clone beside the baseline (SSE2) one, chosen when the program loads
+//! (no -march: hosts differ). AVX2 brings no FMA, and contraction is off: same values either way.
+#if defined(__x86_64__) && defined(__GNUC__)
+#define FF_ROW_LOOP [[gnu::target_clones("avx2", "default")]]
+#else
+#define FF_ROW_LOOP
+#endif
+
 //! Appends the taps of resized coordinate d on one axis (n source samples) to `t`, as
 //! Resize::sample weighs them, and pads the entry to `t.taps`.
 void append_taps(ops::Interp interp, int d, double scale, double inv_scale, int n, AxisTaps& t) {
@@ -137,6 +151,15 @@ RowPlan make_row_plan(const ops::Chain::Params& p) {
   plan.cols = plan.x.index;
   std::sort(plan.cols.begin(), plan.cols.end());
   plan.cols.erase(std::unique(plan.cols.begin(), plan.cols.end()), plan.cols.end());
+  if (!plan.cols.empty()) {   // convert whole runs where that costs less than gathering the columns
+    const int32_t span = plan.cols.back() - plan.cols.front() + 1;
+    if (span <= kDenseSpan * static_cast<int32_t>(plan.cols.size())) {
+      const int32_t front = plan.cols.front();
+      plan.cols.resize(size_t(span));
+      for (int32_t i = 0; i < span; ++i) plan.cols[size_t(i)] = front + i;
+      plan.dense = true;
+    }
+  }
   for (int32_t& i : plan.x.index)
     i = static_cast<int32_t>(std::lower_bound(plan.cols.begin(), plan.cols.end(), i) - plan.cols.begin());
   const int32_t k = plan.y.taps;
@@ -150,41 +173,72 @@ RowPlan make_row_plan(const ops::Chain::Params& p) {
 }  // namespace
 
 struct RowScratch {
-  std::vector<float> luma, cb, cr;   //!< one source row's samples at the plan's cols
+  std::vector<float> luma, cb, cr;   //!< one source row's samples at the plan's cols ...
+  std::vector<float> r, g, b;        //!< ... and their RGB, planar
   std::vector<float> src;     //!< one converted source row: the plan's cols
   std::vector<float> cache;   //!< cache_rows horizontally resampled rows, visible width each
   std::vector<int32_t> held;  //!< crop row held by each cache slot, -1 none
   std::vector<float> line;    //!< one output row before the store
+  std::vector<float> tmp;     //!< one output row, normalized, before the f16 conversion
 };
 
 namespace {
 
-//! Converts source row y (frame coordinates) at columns x0 + cols[i] to RGB: FrameReader::rgb, with
-//! the samples gathered first so the conversion runs as a branch-free, vectorised loop.
+//! YuvToRgb::apply over n samples, planar in and out. (always_inline: compiled into each clone of
+//! its caller, AVX2 included.)
+[[gnu::always_inline]] inline void yuv_to_rgb(const float* __restrict l, const float* __restrict u, const float* __restrict v, int n,
+                       const ops::YuvToRgb::Params p, float* __restrict r, float* __restrict g,
+                       float* __restrict b) {
+  for (int i = 0; i < n; ++i) {
+    const ops::Vec3 c = ops::YuvToRgb::apply(l[i], u[i], v[i], p);
+    r[i] = c.x;
+    g[i] = c.y;
+    b[i] = c.z;
+  }
+}
+
+//! out = the n pixels (r[i], g[i], b[i], 0): a 4 x 4 transpose per 4 pixels.
+[[gnu::always_inline]] inline void interleave(const float* r, const float* g, const float* b, int n, float* out) {
+  const Px zero{0.f, 0.f, 0.f, 0.f};
+  int i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const Px rv = load_px(r + i), gv = load_px(g + i), bv = load_px(b + i);
+    const Px rg0 = __builtin_shufflevector(rv, gv, 0, 4, 1, 5), rg1 = __builtin_shufflevector(rv, gv, 2, 6, 3, 7);
+    const Px bz0 = __builtin_shufflevector(bv, zero, 0, 4, 1, 5), bz1 = __builtin_shufflevector(bv, zero, 2, 6, 3, 7);
+    store_px(out + kLanes * i, __builtin_shufflevector(rg0, bz0, 0, 1, 4, 5));
+    store_px(out + kLanes * (i + 1), __builtin_shufflevector(rg0, bz0, 2, 3, 6, 7));
+    store_px(out + kLanes * (i + 2), __builtin_shufflevector(rg1, bz1, 0, 1, 4, 5));
+    store_px(out + kLanes * (i + 3), __builtin_shufflevector(rg1, bz1, 2, 3, 6, 7));
+  }
+  for (; i < n; ++i) store_px(out + kLanes * i, Px{r[i], g[i], b[i], 0.f});
+}
+
+//! Converts source row y (frame coordinates) at columns x0 + plan.cols[i] to RGB into s.src:
+//! FrameReader::rgb, with the samples gathered first (one run when the columns are dense) so the
+//! conversion is a branch-free, vectorised loop.
 template <class Reader>
-void convert_row(const Reader& src, int x0, int y, const std::vector<int32_t>& cols, RowScratch& s) {
-  const int n = static_cast<int>(cols.size());
-  float* __restrict out = s.src.data();
+FF_ROW_LOOP void convert_row(const Reader& src, int x0, int y, const RowPlan& plan, RowScratch& s) {
+  const int32_t* cols = plan.cols.data();
+  const int n = static_cast<int>(plan.cols.size());
+  float* out = s.src.data();
   if constexpr (Reader::kYuv) {
-    float* __restrict l = s.luma.data();
-    float* __restrict u = s.cb.data();
-    float* __restrict v = s.cr.data();
-    for (int i = 0; i < n; ++i) src.yuv(x0 + cols[i], y, l[i], u[i], v[i]);
-    const ops::YuvToRgb::Params p = src.color.yuv;
-    for (int i = 0; i < n; ++i) {
-      const ops::Vec3 c = ops::YuvToRgb::apply(l[i], u[i], v[i], p);
-      out[kLanes * i] = c.x;
-      out[kLanes * i + 1] = c.y;
-      out[kLanes * i + 2] = c.z;
-      out[kLanes * i + 3] = 0.f;
+    float* l = s.luma.data();
+    float* u = s.cb.data();
+    float* v = s.cr.data();
+    float* r = s.r.data();
+    float* g = s.g.data();
+    float* b = s.b.data();
+    if (plan.dense) {
+      src.yuv_run(x0 + cols[0], n, y, l, u, v);
+    } else {
+      for (int i = 0; i < n; ++i) src.yuv(x0 + cols[i], y, l[i], u[i], v[i]);
     }
+    yuv_to_rgb(l, u, v, n, src.color.yuv, r, g, b);
+    interleave(r, g, b, n, out);
   } else {
     for (int i = 0; i < n; ++i) {
       const ops::Vec3 c = src.rgb(x0 + cols[i], y);
-      out[kLanes * i] = c.x;
-      out[kLanes * i + 1] = c.y;
-      out[kLanes * i + 2] = c.z;
-      out[kLanes * i + 3] = 0.f;
+      store_px(out + kLanes * i, Px{c.x, c.y, c.z, 0.f});
     }
   }
 }
@@ -192,7 +246,7 @@ void convert_row(const Reader& src, int x0, int y, const std::vector<int32_t>& c
 //! out[j] = 0 + in[index] * weight summed in tap order: Resize::sample's row sums (and its
 //! a * (1 - ax) + b * ax for two taps).
 template <int Taps>
-void resample_row(const float* in, const AxisTaps& t, float* out) {
+FF_ROW_LOOP void resample_row(const float* in, const AxisTaps& t, float* out) {
   const int taps = Taps > 0 ? Taps : t.taps;
   const int32_t* index = t.index.data();
   const float* weight = t.weight.data();
@@ -205,11 +259,36 @@ void resample_row(const float* in, const AxisTaps& t, float* out) {
 }
 
 void resample(const float* in, const AxisTaps& t, float* out) {
-  switch (t.taps) {
+  switch (t.taps) {   // unrolled tap loops for linear and nearest and for area boxes up to 7x
     case 1: return resample_row<1>(in, t, out);
     case 2: return resample_row<2>(in, t, out);
+    case 3: return resample_row<3>(in, t, out);
+    case 4: return resample_row<4>(in, t, out);
+    case 5: return resample_row<5>(in, t, out);
+    case 6: return resample_row<6>(in, t, out);
+    case 7: return resample_row<7>(in, t, out);
+    case 8: return resample_row<8>(in, t, out);
     default: return resample_row<0>(in, t, out);
   }
+}
+
+//! acc[i] += h[i] * w over n floats: one row's term of Resize::sample's sum over rows.
+FF_ROW_LOOP void accumulate_row(float* __restrict acc, const float* __restrict h, float w, int n) {
+  for (int i = 0; i < n; ++i) acc[i] = acc[i] + h[i] * w;
+}
+
+//! Row `to` of the frame's tensor becomes a copy of row `from` (every channel plane for CHW).
+void copy_row(const ops::Chain::Params& p, std::byte* frame, int from, int to) {
+  const ops::Store::Params& st = p.store;
+  const int64_t element = ops::dtype_size(st.dtype);
+  if (st.layout == ops::Layout::Hwc) {
+    const int64_t bytes = int64_t(st.width) * st.channels * element;
+    std::copy_n(frame + from * bytes, bytes, frame + to * bytes);
+    return;
+  }
+  const int64_t bytes = int64_t(st.width) * element;
+  for (int64_t c = 0; c < st.channels; ++c)
+    std::copy_n(frame + (c * st.height + from) * bytes, bytes, frame + (c * st.height + to) * bytes);
 }
 
 //! Output channel c of a row-buffer pixel in the order C (Chain::pixel's switch).
@@ -228,10 +307,10 @@ template <ops::DType D>
 using Element = std::conditional_t<D == ops::DType::F32, float,
                                    std::conditional_t<D == ops::DType::F16, uint16_t, uint8_t>>;
 
-//! Store::apply's element conversion.
-template <ops::DType D>
-Element<D> element(float v) {
-  if constexpr (D == ops::DType::F32) {
+//! Store::apply's element conversion; T = float keeps the normalized value (f16 staging).
+template <ops::DType D, class T = Element<D>>
+T element(float v) {
+  if constexpr (D == ops::DType::F32 || std::is_same_v<T, float>) {
     return v;
   } else if constexpr (D == ops::DType::F16) {
     return ops::to_half_bits(v);
@@ -240,33 +319,74 @@ Element<D> element(float v) {
   }
 }
 
+//! out[i] = ops::to_half_bits(in[i]). Where the CPU has F16C, its conversion (IEEE round to
+//! nearest even, so the same bits for every non-NaN input) with NaNs made to_half_bits' quiet NaN;
+//! equal for all 2^32 inputs (checked exhaustively when this was written).
+#if defined(__x86_64__) && defined(__GNUC__)
+[[gnu::target("avx,f16c")]] void to_half_run_f16c(const float* in, uint16_t* out, int n) {
+  const __m128i magnitude = _mm_set1_epi16(0x7fff), inf = _mm_set1_epi16(0x7c00), qnan = _mm_set1_epi16(0x7e00);
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT);
+    const __m128i nan = _mm_cmpgt_epi16(_mm_and_si128(h, magnitude), inf);
+    h = _mm_blendv_epi8(h, _mm_or_si128(_mm_andnot_si128(magnitude, h), qnan), nan);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
+  }
+  for (; i < n; ++i) out[i] = ops::to_half_bits(in[i]);
+}
+#endif
+
+void to_half_run(const float* in, uint16_t* out, int n) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool f16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  if (f16c) return to_half_run_f16c(in, out, n);
+#endif
+  for (int i = 0; i < n; ++i) out[i] = ops::to_half_bits(in[i]);
+}
+
 //! Channel order, normalize and store of one output row (pixels `line`, pad included) into row y
-//! of the frame's tensor `frame`. Channels are compile-time, so each loop is one vectorised pass.
+//! of the frame's tensor `frame`. Channels are compile-time, so each loop is one vectorised pass;
+//! f16 goes through `tmp` (3 x width floats) and to_half_run.
 template <ops::Channels C, ops::DType D, ops::Layout L>
-void store_row(const float* __restrict line, const ops::Chain::Params& p, std::byte* frame, int y) {
-  using T = Element<D>;
+FF_ROW_LOOP void store_row(const float* __restrict line, const ops::Chain::Params& p, std::byte* frame, int y,
+                           float* __restrict tmp) {
+  using T = std::conditional_t<D == ops::DType::F16, float, Element<D>>;   // f16: floats into tmp first
   constexpr int channels = C == ops::Channels::Gray ? 1 : 3;
   const int w = p.store.width;
   const ops::Normalize::Params norm = p.norm;   // a copy the stores cannot alias
-  T* __restrict base = reinterpret_cast<T*>(frame);
+  const auto target = [&](int64_t offset) -> T* {
+    if constexpr (D == ops::DType::F16) {
+      return tmp;
+    } else {
+      return reinterpret_cast<T*>(frame) + offset;
+    }
+  };
+  const auto finish = [&](int64_t offset, int n) {
+    if constexpr (D == ops::DType::F16) to_half_run(tmp, reinterpret_cast<uint16_t*>(frame) + offset, n);
+  };
   [&]<int... c>(std::integer_sequence<int, c...>) {
     if constexpr (L == ops::Layout::Chw) {
       (
           [&] {
-            T* __restrict out = base + (int64_t(c) * p.store.height + y) * w;
+            const int64_t offset = (int64_t(c) * p.store.height + y) * w;
+            T* __restrict out = target(offset);
             for (int x = 0; x < w; ++x)
-              out[x] = element<D>(ops::Normalize::apply(channel<C, c>(line + kLanes * x), c, norm));
+              out[x] = element<D, T>(ops::Normalize::apply(channel<C, c>(line + kLanes * x), c, norm));
+            finish(offset, w);
           }(),
           ...);
     } else {
-      T* __restrict out = base + int64_t(y) * w * channels;
+      const int64_t offset = int64_t(y) * w * channels;
+      T* __restrict out = target(offset);
       for (int x = 0; x < w; ++x)
-        ((out[x * channels + c] = element<D>(ops::Normalize::apply(channel<C, c>(line + kLanes * x), c, norm))), ...);
+        ((out[x * channels + c] = element<D, T>(ops::Normalize::apply(channel<C, c>(line + kLanes * x), c, norm))),
+         ...);
+      finish(offset, w * channels);
     }
   }(std::make_integer_sequence<int, channels>{});
 }
 
-using StoreRow = void (*)(const float*, const ops::Chain::Params&, std::byte*, int);
+using StoreRow = void (*)(const float*, const ops::Chain::Params&, std::byte*, int, float*);
 
 template <ops::Channels C, ops::DType D>
 StoreRow store_for(ops::Layout l) {
@@ -309,32 +429,36 @@ void run_band(const Reader& src, const ops::Chain::Params& p, const RowPlan& pla
     const int slot = r % plan.cache_rows;
     float* h = s.cache.data() + size_t(slot) * visible * kLanes;
     if (s.held[slot] != r) {
-      convert_row(src, p.resize.x0, p.resize.y0 + r, plan.cols, s);
+      convert_row(src, p.resize.x0, p.resize.y0 + r, plan, s);
       resample(s.src.data(), plan.x, h);
       s.held[slot] = r;
     }
     return h;
   };
   float* line = s.line.data();
+  int pad_row = -1;   // an all-pad row already stored in this band
   for (int y = y_begin; y < y_end; ++y) {
     const int ry = y + p.off_y;
     if (visible == 0 || ry < plan.y.lo || ry >= plan.y.hi) {
+      if (pad_row >= 0) {
+        copy_row(p, frame, pad_row, y);
+        continue;
+      }
       fill_pad(line, w);
+      pad_row = y;
     } else {
       fill_pad(line, first);
       fill_pad(line + kLanes * (first + visible), w - first - visible);
-      float* __restrict acc = line + kLanes * first;
-      const int n = kLanes * visible;
-      std::fill(acc, acc + n, 0.f);
+      float* acc = line + kLanes * first;
+      std::fill(acc, acc + kLanes * visible, 0.f);
       const int e = (ry - plan.y.lo) * plan.y.taps;
       for (int t = 0; t < plan.y.taps; ++t) {   // Resize::sample's sum over rows, in its order
         const float wy = plan.y.weight[e + t];
         if (wy == 0.f) continue;   // would add exactly +0
-        const float* __restrict h = resampled_row(plan.y.index[e + t]);
-        for (int i = 0; i < n; ++i) acc[i] = acc[i] + h[i] * wy;
+        accumulate_row(acc, resampled_row(plan.y.index[e + t]), wy, kLanes * visible);
       }
     }
-    store(line, p, frame, y);
+    store(line, p, frame, y, s.tmp.data());
   }
 }
 
@@ -384,13 +508,12 @@ void CpuExecutor::plan_rows() {
   }
   scratch_.assign(size_t(pool_.threads()), RowScratch{});
   for (RowScratch& s : scratch_) {
-    s.luma.resize(src);
-    s.cb.resize(src);
-    s.cr.resize(src);
+    for (auto* v : {&s.luma, &s.cb, &s.cr, &s.r, &s.g, &s.b}) v->resize(src);
     s.src.resize(kLanes * src);
     s.cache.resize(kLanes * cache);
     s.held.resize(held);
     s.line.resize(kLanes * line);
+    s.tmp.resize(3 * line);
   }
 }
 

@@ -58,6 +58,7 @@ struct AxisTaps {
 struct RowPlan {
   AxisTaps x, y;
   std::vector<int32_t> cols;   //!< crop-relative source columns the x taps read, ascending
+  bool dense = false;          //!< cols is one run (a few unread columns may be converted too)
   int32_t cache_rows = 1;      //!< row cache size: the widest span of source rows one output row reads
 };
 

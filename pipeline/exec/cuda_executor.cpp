@@ -27,6 +27,9 @@ void CudaExecutor::setup(const FrameInfo& frame, const ops::ColorParams& color, 
   cuda::check(cudaSetDevice(device_), "cudaSetDevice");
   frame_ = frame;
   color_ = color;
+  plans_.assign(plans.begin(), plans.end());
+  max_batch_ = max_batch;
+  control_.reset();
   frame_bytes_ = 0;
   for (int i = 0; i < ops::plane_count(frame.format); ++i) {
     const auto s = ops::plane_shape(frame.format, frame.width, frame.height, i);
@@ -57,10 +60,25 @@ void CudaExecutor::setup(const FrameInfo& frame, const ops::ColorParams& color, 
   for (const size_t offset : out_offsets_) dev_outs_.push_back(dev_out_.as() + offset);
 }
 
-void CudaExecutor::setup_control(const control::ControlParams& /*params*/) {
-  throw ConfigError(fmt::format("{}: control (statistics and control loops) runs on the cpu device only for now; "
-                                "set the pipeline's device to cpu or remove its control section",
-                                name()));
+void CudaExecutor::setup_control(const control::ControlParams& params) {
+  cuda::check(cudaSetDevice(device_), "cudaSetDevice");
+  if (params.num_outputs != static_cast<int32_t>(plans_.size()) || params.frame_w != frame_.width ||
+      params.frame_h != frame_.height)
+    throw ConfigError(name() + ": control was planned for other outputs or frames than setup()");
+  control::CudaControl control;
+  control.setup(params, max_batch_, compute_);
+  std::vector<OutputPlan> plans = plans_;
+  plans.push_back(control.thumbnail_plan());
+  fused_.setup(frame_, plans, max_batch_);
+  control_ = std::move(control);
+  fused_.set_control(control_->device_state());
+  dev_outs_.resize(plans_.size());
+  dev_outs_.push_back(control_->thumbnails());
+}
+
+std::optional<control::ControlRecord> CudaExecutor::control_record() const {
+  if (!control_) return std::nullopt;
+  return control_->record();
 }
 
 void CudaExecutor::process(std::span<const ops::ImageView> frames, std::span<std::byte* const> outs) {
@@ -119,7 +137,11 @@ void CudaExecutor::enqueue(std::span<const ops::ImageView> frames, std::span<con
     cuda::check(cudaEventRecord(decoded_, cudaStreamLegacy), "cudaEventRecord");
     cuda::check(cudaStreamWaitEvent(compute_, decoded_, 0), "cudaStreamWaitEvent");
   }
-  fused_.run(compute_);
+  if (control_) {
+    control_->run(fused_, static_cast<int>(frames.size()), compute_);
+  } else {
+    fused_.run(compute_);
+  }
   cuda::check(cudaEventRecord(computed_, compute_), "cudaEventRecord");   // frame memory is free from here
   cuda::check(cudaStreamWaitEvent(copy_, computed_, 0), "cudaStreamWaitEvent");
   for (size_t k = 0; k < out_bytes_.size(); ++k) {

@@ -1,4 +1,5 @@
 #include "pipeline/fused/fused_kernel.hpp"
+#include "pipeline/control/control_state.hpp"
 #include "pipeline/ops/dispatch.hpp"
 
 namespace framefuse {
@@ -25,16 +26,17 @@ __device__ __forceinline__ void copy_to_shared(T& dst, const T& src) {
 #define FF_FUSED_MIN_BLOCKS 1
 #endif
 
-//! One block = one tile of one output of one frame. The prologue has two dependent global reads
-//! (which output, then its parameters staged in shared memory); after that each thread runs
-//! Chain::pixel for R pixels of its column, kBlockRows rows apart, so a warp always covers 32
-//! consecutive pixels of a row (coalesced source taps and stores).
+//! One block = one tile of one output of one frame (first_frame + blockIdx.y). The prologue has two
+//! dependent global reads (which output, then its parameters staged in shared memory; with control,
+//! thread 0 then applies the control state to them); after that each thread runs Chain::pixel for
+//! R pixels of its column, kBlockRows rows apart, so a warp always covers 32 consecutive pixels of
+//! a row (coalesced source taps and stores).
 template <ops::PixelFormat F, int R>
 __global__ void __launch_bounds__(kBlockThreads, FF_FUSED_MIN_BLOCKS)
-    fused_kernel(const FusedParams* __restrict__ params) {
+    fused_kernel(const FusedParams* __restrict__ params, int first_frame) {
   __shared__ ops::Chain::Params out;
   __shared__ FrameSlot slot;
-  const int b = static_cast<int>(blockIdx.y);
+  const int b = first_frame + static_cast<int>(blockIdx.y);
   const int tile = static_cast<int>(blockIdx.x);
   int k = 0;
 #pragma unroll
@@ -45,6 +47,10 @@ __global__ void __launch_bounds__(kBlockThreads, FF_FUSED_MIN_BLOCKS)
   const int local = tile - params->tile_begin[k];
   const int tiles_x = params->tiles_x[k];
   __syncthreads();
+  if (params->control) {   // uniform per launch
+    if (threadIdx.x == 0) control::apply(*params->control, k, out);
+    __syncthreads();
+  }
   const int x = (local % tiles_x) * kTileW + static_cast<int>(threadIdx.x % kTileW);
   const int y0 = (local / tiles_x) * (kBlockRows * R) + static_cast<int>(threadIdx.x / kTileW);
   if (x >= out.store.width) return;
@@ -80,11 +86,11 @@ cudaError_t with_kernel(ops::PixelFormat format, int rows_per_thread, Fn&& fn) {
 }  // namespace
 
 cudaError_t launch_fused(ops::PixelFormat format, int rows_per_thread, const FusedParams* params, int32_t tiles,
-                         int32_t max_batch, cudaStream_t stream) {
-  if (tiles <= 0 || max_batch <= 0) return cudaErrorInvalidValue;
+                         int32_t first_frame, int32_t frames, cudaStream_t stream) {
+  if (tiles <= 0 || first_frame < 0 || frames <= 0 || first_frame + frames > kMaxBatch) return cudaErrorInvalidValue;
   return with_kernel(format, rows_per_thread, [&](auto kernel) {
-    kernel<<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(max_batch)), kBlockThreads, 0, stream>>>(
-        params);
+    kernel<<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(frames)), kBlockThreads, 0, stream>>>(
+        params, first_frame);
     return cudaGetLastError();
   });
 }

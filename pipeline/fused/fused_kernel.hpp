@@ -7,11 +7,11 @@
 namespace framefuse {
 
 //! Enqueues one launch on `stream` reading `params` (device memory, valid until the kernel ran),
-//! tiled by tile_outputs(p, rows_per_thread) (one of kRowsPerThreadChoices).
-//! Grid: `tiles` blocks (all outputs) x `max_batch` frames; frames >= params->num_frames exit.
-//! Never allocates or synchronises: safe inside stream capture.
+//! tiled by tile_outputs(p, rows_per_thread) (one of kRowsPerThreadChoices), for batch frames
+//! [first_frame, first_frame + frames). Grid: `tiles` blocks (all outputs) x `frames`; frames
+//! >= params->num_frames exit. Never allocates or synchronises: safe inside stream capture.
 cudaError_t launch_fused(ops::PixelFormat format, int rows_per_thread, const FusedParams* params, int32_t tiles,
-                         int32_t max_batch, cudaStream_t stream);
+                         int32_t first_frame, int32_t frames, cudaStream_t stream);
 
 //! Enqueues the parameter upload on `stream`: one small kernel copies `bytes` (a multiple of 16) from
 //! pinned host memory to device memory. A kernel and not cudaMemcpyAsync: on the H200 lease host the

@@ -8,6 +8,9 @@
 #include "pipeline/ops/chain.hpp"
 
 namespace framefuse {
+namespace control {
+struct ControlState;   // pipeline/control/control_state.hpp
+}
 
 inline constexpr int kMaxOutputs = 8;    //!< outputs fused horizontally into one launch
 inline constexpr int kMaxBatch = 64;     //!< frames per launch
@@ -31,6 +34,9 @@ struct FusedParams {
   int32_t tile_begin[kMaxOutputs + 1];
   int32_t tiles_x[kMaxOutputs];             //!< tile columns of output k
   ops::Chain::Params outputs[kMaxOutputs];  //!< store.data: device tensor of frame 0
+  //! Device memory, null = none: every block applies it to its output's parameters
+  //! (control::apply) before computing; written by the control kernel of the same iteration.
+  const control::ControlState* control;
   FrameSlot frames[kMaxBatch];              //!< last: only the first max_batch are uploaded
 };
 

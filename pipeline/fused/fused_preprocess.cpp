@@ -65,10 +65,23 @@ void FusedPreprocess::set_batch(std::span<const FrameSlot> frames, std::span<voi
   for (size_t k = 0; k < outs.size(); ++k) p.outputs[k].store.data = outs[k];
 }
 
+void FusedPreprocess::set_control(const control::ControlState* state) { staging_.as<FusedParams>()->control = state; }
+
 void FusedPreprocess::run(cudaStream_t stream) const {
+  upload(stream);
+  launch(0, max_batch_, stream);
+}
+
+void FusedPreprocess::upload(cudaStream_t stream) const {
   cuda::check(stage_fused_params(staging_.as(), device_.as(), params_bytes(max_batch_), stream),
               "upload fused parameters");
-  cuda::check(launch_fused(format_, rows_per_thread_, device_.as<FusedParams>(), tiles_, max_batch_, stream),
+}
+
+void FusedPreprocess::launch(int first_frame, int frames, cudaStream_t stream) const {
+  if (first_frame < 0 || frames < 1 || first_frame + frames > max_batch_)
+    throw ConfigError(fmt::format("fused launch: frames [{}, {}) outside the batch of {}", first_frame,
+                                  first_frame + frames, max_batch_));
+  cuda::check(launch_fused(format_, rows_per_thread_, device_.as<FusedParams>(), tiles_, first_frame, frames, stream),
               "fused kernel launch");
 }
 

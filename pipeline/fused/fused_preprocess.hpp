@@ -25,9 +25,18 @@ class FusedPreprocess {
   //! event recorded after run()).
   void set_batch(std::span<const FrameSlot> frames, std::span<void* const> outs);
 
+  //! Makes every block apply `state` (device memory, control::apply) to its output's parameters,
+  //! or nothing (nullptr, as after setup()). Host-only; the same rule as set_batch applies.
+  void set_control(const control::ControlState* state);
+
   //! Enqueues the upload of the parameter block (params_bytes(max_batch)) and the fused kernel on
-  //! `stream`: two kernels.
+  //! `stream`: two kernels, upload() then launch(0, max_batch()).
   void run(cudaStream_t stream) const;
+  //! run()'s first half: the parameter upload (one small kernel).
+  void upload(cudaStream_t stream) const;
+  //! run()'s second half for batch frames [first_frame, first_frame + frames), after an upload();
+  //! frames past the batch exit. Throws ConfigError for a range outside [0, max_batch()).
+  void launch(int first_frame, int frames, cudaStream_t stream) const;
 
   int max_batch() const { return max_batch_; }
   int rows_per_thread() const { return rows_per_thread_; }

@@ -66,6 +66,30 @@ struct FrameReader {
     l = luma(x, y);
   }
 
+  //! yuv() of the n pixels x0 .. x0 + n - 1 of row y, into l, u, v: the same samples, read in
+  //! loops a CPU compiler vectorises (nearest chroma: one chroma read per pair of pixels).
+  FF_HD void yuv_run(int x0, int n, int y, float* __restrict__ l, float* __restrict__ u,
+                     float* __restrict__ v) const {
+    for (int i = 0; i < n; ++i) l[i] = luma(x0 + i, y);
+    if (color.upsample != ChromaUpsample::Nearest) {
+      for (int i = 0; i < n; ++i) chroma_linear(x0 + i, y, u[i], v[i]);
+      return;
+    }
+    int i = 0;
+    if (n > 0 && (x0 & 1)) {   // odd first pixel: the second of its chroma pair
+      chroma_at(x0 >> 1, y >> 1, u[0], v[0]);
+      i = 1;
+    }
+    const int c0 = (x0 + i) >> 1, pairs = (n - i) >> 1;
+    for (int j = 0; j < pairs; ++j) {
+      float cu, cv;
+      chroma_at(c0 + j, y >> 1, cu, cv);
+      u[i + 2 * j] = u[i + 2 * j + 1] = cu;
+      v[i + 2 * j] = v[i + 2 * j + 1] = cv;
+    }
+    if (i + 2 * pairs < n) chroma_at((x0 + n - 1) >> 1, y >> 1, u[n - 1], v[n - 1]);
+  }
+
   FF_HD float luma(int x, int y) const {
     const uint8_t* row = img.data[0] + static_cast<int64_t>(y) * img.pitch[0];
     if constexpr (F == PixelFormat::P010) {

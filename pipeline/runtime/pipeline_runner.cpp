@@ -164,12 +164,13 @@ void PipelineRunner::start() {
           if (live) {
             auto stalled = static_cast<uint8_t>(SourceState::Stalled);
             if (stats_.state.compare_exchange_strong(stalled, static_cast<uint8_t>(SourceState::Streaming)))
-              log_limited(impl_->log, spdlog::level::info, "resumed", fmt::format("pipeline '{}': source '{}': frames again after a stall", spec_.name, uri));
+              log_limited(impl_->log, spdlog::level::info, "resumed",
+                          fmt::format("pipeline '{}': source '{}': frames again after a stall", spec_.name, uri));
             if (down_since) {
+              const double down_s = std::chrono::duration<double>(Clock::now() - *down_since).count();
               log_limited(impl_->log, spdlog::level::info, "recovered",
                           fmt::format("pipeline '{}': source '{}': streaming again after {:.1f} s and {} reconnect(s)",
-                                      spec_.name, uri, std::chrono::duration<double>(Clock::now() - *down_since).count(),
-                                      failed));
+                                      spec_.name, uri, down_s, failed));
               down_since.reset();
               failed = 0;
               backoff = spec_.source.reconnect_initial;
@@ -214,7 +215,8 @@ void PipelineRunner::start() {
       stats_.set_state(SourceState::Backoff);
       const auto wait = std::chrono::milliseconds(
           std::uniform_int_distribution<int64_t>(backoff.count() / 2, backoff.count())(rng));
-      log_limited(impl_->log, spdlog::level::warn, error, fmt::format("{}; reconnecting in {} ms", error, wait.count()));
+      log_limited(impl_->log, spdlog::level::warn, error,
+                  fmt::format("{}; reconnecting in {} ms", error, wait.count()));
       {
         std::unique_lock lock(impl_->stop_mu);
         if (impl_->stop_cv.wait_for(lock, wait, [this] { return impl_->stop; })) break;

@@ -212,7 +212,7 @@ int run(const Options& opt) {
       unfused.setup(info, plans, batch);
 
       const auto kernel = [&](const Instance& in) {
-        cuda::check(launch_fused(info.format, rows_used, in.params.as<FusedParams>(), tiles, batch, stream), "kernel");
+        cuda::check(launch_fused(info.format, rows_used, in.params.as<FusedParams>(), tiles, 0, batch, stream), "kernel");
       };
       const auto pick = [&](int i) -> const Instance& { return *cold[size_t(i % sets)]; };
       const auto add = [&](const char* mode, const char* cache, double us) {

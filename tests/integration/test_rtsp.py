@@ -189,9 +189,22 @@ class RtspSupervisionTest(unittest.TestCase):
         # A source that never answers gives up after its 2 reconnects, alone: state failed.
         wait_for("dead pipeline failed", lambda: daemon.state("dead") == "failed", 20)
         self.assertEqual(daemon.reconnects("dead"), 2)
-        self.assertRegex(daemon.stderr(), r"pipeline 'dead': source '[^']+': .*; giving up after 2 reconnect\(s\) without a frame")
+        self.assertRegex(daemon.stderr(),
+                         r"pipeline 'dead': source '[^']+': .*; giving up after 2 reconnect\(s\) without a frame")
 
-        # 2. Server frozen: stalled within stall_timeout + 1 s while the read still waits, given up
+        # 2. A freeze shorter than the grace: stalled, then the same session streams on (no reconnect).
+        reconnects_before = daemon.reconnects("cam")
+        self.server.signal(signal.SIGSTOP)
+        wait_for("cam stalled (short freeze)", lambda: daemon.state("cam") == "stalled", STALL_S + 1.0)
+        self.server.signal(signal.SIGCONT)
+        n_stalled = daemon.decoded("cam")
+        wait_for("cam streaming on after the short freeze",
+                 lambda: daemon.state("cam") == "streaming" and daemon.decoded("cam") > n_stalled + 5, 10)
+        self.assertEqual(daemon.reconnects("cam"), reconnects_before, "a short freeze reconnected")
+        self.assertIn("frames again after a stall", daemon.stderr())
+        file_keeps_running("short freeze")
+
+        # 3. Server frozen: stalled within stall_timeout + 1 s while the read still waits, given up
         # after the socket timeout's grace, then backoff/connecting; streaming again after SIGCONT.
         reconnects_before = daemon.reconnects("cam")
         self.server.signal(signal.SIGSTOP)
@@ -214,7 +227,7 @@ class RtspSupervisionTest(unittest.TestCase):
         self.assertGreater(daemon.reconnects("cam"), reconnects_before)
         file_keeps_running("server resumed")
 
-        # 3. Server killed and restarted 5 times: 5 recoveries.
+        # 4. Server killed and restarted 5 times: 5 recoveries.
         for i in range(5):
             before = daemon.reconnects("cam")
             self.server.kill()
@@ -254,7 +267,8 @@ class RtspSupervisionTest(unittest.TestCase):
         for line in log.splitlines():
             self.assertRegex(line, r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} \w+ ", "a line outside the log format")
         failures = {}
-        for m in re.finditer(r"pipeline 'cam': source '[^']+': (.*); reconnecting in \d+ ms( \(repeated (\d+) times\))?", log):
+        reconnect_line = r"pipeline 'cam': source '[^']+': (.*); reconnecting in \d+ ms( \(repeated (\d+) times\))?"
+        for m in re.finditer(reconnect_line, log):
             failures[m.group(1)] = failures.get(m.group(1), 0) + 1
             if m.group(3):
                 self.assertGreater(int(m.group(3)), 1)
