@@ -173,8 +173,7 @@ RowPlan make_row_plan(const ops::Chain::Params& p) {
 }  // namespace
 
 struct RowScratch {
-  std::vector<float> luma, cb, cr;   //!< one source row's samples at the plan's cols ...
-  std::vector<float> r, g, b;        //!< ... and their RGB, planar
+  std::vector<float> luma, cb, cr;   //!< one source row's samples at the plan's cols
   std::vector<float> src;     //!< one converted source row: the plan's cols
   std::vector<float> cache;   //!< cache_rows horizontally resampled rows, visible width each
   std::vector<int32_t> held;  //!< crop row held by each cache slot, -1 none
@@ -225,16 +224,20 @@ FF_ROW_LOOP void convert_row(const Reader& src, int x0, int y, const RowPlan& pl
     float* l = s.luma.data();
     float* u = s.cb.data();
     float* v = s.cr.data();
-    float* r = s.r.data();
-    float* g = s.g.data();
-    float* b = s.b.data();
     if (plan.dense) {
       src.yuv_run(x0 + cols[0], n, y, l, u, v);
     } else {
-      for (int i = 0; i < n; ++i) src.yuv(x0 + cols[i], y, l[i], u[i], v[i]);
+      src.yuv_gather(x0, cols, n, y, l, u, v);
     }
-    yuv_to_rgb(l, u, v, n, src.color.yuv, r, g, b);
-    interleave(r, g, b, n, out);
+    constexpr int kBlock = 16;   // converted, then transposed, while in L1
+    alignas(32) float r[kBlock], g[kBlock], b[kBlock];
+    int i = 0;
+    for (; i + kBlock <= n; i += kBlock) {
+      yuv_to_rgb(l + i, u + i, v + i, kBlock, src.color.yuv, r, g, b);
+      interleave(r, g, b, kBlock, out + kLanes * i);
+    }
+    yuv_to_rgb(l + i, u + i, v + i, n - i, src.color.yuv, r, g, b);
+    interleave(r, g, b, n - i, out + kLanes * i);
   } else {
     for (int i = 0; i < n; ++i) {
       const ops::Vec3 c = src.rgb(x0 + cols[i], y);
@@ -508,7 +511,7 @@ void CpuExecutor::plan_rows() {
   }
   scratch_.assign(size_t(pool_.threads()), RowScratch{});
   for (RowScratch& s : scratch_) {
-    for (auto* v : {&s.luma, &s.cb, &s.cr, &s.r, &s.g, &s.b}) v->resize(src);
+    for (auto* v : {&s.luma, &s.cb, &s.cr}) v->resize(src);
     s.src.resize(kLanes * src);
     s.cache.resize(kLanes * cache);
     s.held.resize(held);

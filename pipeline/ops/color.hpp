@@ -90,6 +90,22 @@ struct FrameReader {
     if (i + 2 * pairs < n) chroma_at((x0 + n - 1) >> 1, y >> 1, u[n - 1], v[n - 1]);
   }
 
+  //! yuv() of the n pixels (x0 + xs[i], y), into l, u, v: the same samples, one loop per chroma mode.
+  FF_HD void yuv_gather(int x0, const int32_t* __restrict__ xs, int n, int y, float* __restrict__ l,
+                        float* __restrict__ u, float* __restrict__ v) const {
+    if (color.upsample == ChromaUpsample::Nearest) {
+      for (int i = 0; i < n; ++i) {
+        l[i] = luma(x0 + xs[i], y);
+        chroma_at((x0 + xs[i]) >> 1, y >> 1, u[i], v[i]);
+      }
+    } else {
+      for (int i = 0; i < n; ++i) {
+        l[i] = luma(x0 + xs[i], y);
+        chroma_linear(x0 + xs[i], y, u[i], v[i]);
+      }
+    }
+  }
+
   FF_HD float luma(int x, int y) const {
     const uint8_t* row = img.data[0] + static_cast<int64_t>(y) * img.pitch[0];
     if constexpr (F == PixelFormat::P010) {

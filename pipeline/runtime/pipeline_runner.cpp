@@ -290,8 +290,11 @@ void PipelineRunner::start() {
           current = frame->info;
         }
         executor->process_frames({&frame->view, 1}, {&frame->memory, 1}, outs);
-        if (const auto record = executor->control_record()) stats_.set_control(*record);
         sink->write(frame->index, sink_outs);
+        if (const auto record = executor->control_record()) {
+          stats_.set_control(*record);
+          sink->write_control(frame->index, *record);
+        }
         stats_.frames_processed.fetch_add(1, std::memory_order_relaxed);
         stats_.observe_latency(
             std::chrono::duration<double>(std::chrono::steady_clock::now() - frame->decoded_at).count());

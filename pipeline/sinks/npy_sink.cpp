@@ -160,7 +160,7 @@ struct NpySink::Output {
 };
 
 NpySink::NpySink(std::string directory, std::vector<OutputPlan> plans, int32_t frames_per_file, std::string pipeline)
-    : frames_per_file_(frames_per_file), pipeline_(std::move(pipeline)) {
+    : directory_(directory), frames_per_file_(frames_per_file), pipeline_(std::move(pipeline)) {
   const std::string ctx = fmt::format("pipeline '{}' sink", pipeline_);
   if (frames_per_file < 1) throw ConfigError(fmt::format("{}: frames_per_file must be >= 1, got {}", ctx, frames_per_file));
   if (directory.empty()) throw ConfigError(fmt::format("{}: npy sink needs a directory", ctx));
@@ -214,8 +214,32 @@ void NpySink::write(int64_t frame_index, std::span<const std::byte* const> outpu
   }
 }
 
+void NpySink::write_control(int64_t frame_index, const control::ControlRecord& r) {
+  if (!control_log_) {
+    const auto path = fs::path(directory_) / "control.jsonl";
+    control_log_.reset(std::fopen(path.c_str(), "a"));
+    if (!control_log_) throw SinkError(fmt::format("pipeline '{}' sink: cannot open '{}'", pipeline_, path.string()));
+  }
+  std::string health;
+  for (int c = 0; c < control::Health::kConditions; ++c)
+    if (r.health_flags & (1u << c)) health += fmt::format("{}\"{}\"", health.empty() ? "" : ",", control::kHealthNames[c]);
+  std::string outs;
+  for (int k = 0; k < r.num_outputs && k < int(outputs_.size()); ++k) {
+    const auto& o = r.out[k];
+    outs += fmt::format("{}{}:{{\"gain\":{},\"luma\":{},\"roi\":[{},{},{},{}]}}", k ? "," : "",
+                        json_string(outputs_[size_t(k)].plan.name), o.gain, o.mean_luma, o.x, o.y, o.w, o.h);
+  }
+  fmt::print(control_log_.get(),
+             "{{\"frame\":{},\"measured_frame\":{},\"mean_luma\":{},\"variance\":{},\"motion\":{},"
+             "\"black\":{},\"white\":{},\"health\":[{}],\"outputs\":{{{}}}}}\n",
+             frame_index, r.iteration, r.mean_luma, r.variance, r.motion, r.black_fraction, r.white_fraction, health,
+             outs);
+}
+
 void NpySink::flush() {
   for (auto& o : outputs_) o.finish_file();
+  if (control_log_ && std::fflush(control_log_.get()) != 0)
+    throw SinkError(fmt::format("pipeline '{}' sink: cannot write control.jsonl", pipeline_));
 }
 
 }  // namespace framefuse

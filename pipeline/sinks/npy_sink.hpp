@@ -4,8 +4,11 @@
 //!   frames_per_file == N: <directory>/<output>/<first frame index:08d>.npy, shape [n, ...plan.shape],
 //!                         n = N, or fewer for the file a flush() completes.
 //! Files appear complete or not at all: they are written under a temporary name, then renamed.
-//! Each output folder also gets a metadata.json (shape, dtype, layout, channels, normalization).
+//! Each output folder also gets a metadata.json (shape, dtype, layout, channels, normalization);
+//! pipelines with control append one JSON line per frame to <directory>/control.jsonl.
 #include <cstdint>
+#include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,11 +27,14 @@ class NpySink final : public Sink {
   NpySink& operator=(const NpySink&) = delete;
 
   void write(int64_t frame_index, std::span<const std::byte* const> outputs) override;
+  void write_control(int64_t frame_index, const control::ControlRecord& record) override;
   void flush() override;
 
  private:
   struct Output;
   std::vector<Output> outputs_;
+  std::string directory_;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> control_log_{nullptr, &std::fclose};   //!< control.jsonl, opened lazily
   int32_t frames_per_file_;
   std::string pipeline_;
 };

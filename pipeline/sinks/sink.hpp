@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "pipeline/control/control_step.hpp"
 #include "pipeline/fused/plan.hpp"
 #include "pipeline/spec.hpp"
 
@@ -24,6 +25,10 @@ class Sink {
   //! One frame: outputs[k] points at output k's tensor, plans[k].bytes_per_frame bytes, host memory
   //! that only has to stay valid during the call. Throws SinkError.
   virtual void write(int64_t frame_index, std::span<const std::byte* const> outputs) = 0;
+  //! The control record (statistics, gains, crop windows, health) that came with frame
+  //! `frame_index`; `record.iteration` says which frame it was measured on. Sinks that keep no
+  //! metadata ignore it.
+  virtual void write_control(int64_t /*frame_index*/, const control::ControlRecord& /*record*/) {}
   //! Completes everything written so far (partial stacked files are finished). Throws SinkError.
   virtual void flush() = 0;
 };

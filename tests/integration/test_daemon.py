@@ -122,6 +122,23 @@ class DaemonTest(unittest.TestCase):
         shapes = [np.load(f).shape for f in sorted((out / "g").glob("*.npy"))]
         self.assertEqual(shapes, [(8, 1, 24, 32), (8, 1, 24, 32), (4, 1, 24, 32)])
 
+    def test_control_metadata_in_sink(self):
+        out = self.dir / "out_control"
+        cfg = self.pipeline_config("control.yaml", out)
+        cfg.write_text(cfg.read_text() + "    control: {delay_frames: 2, auto_gain: {target: 0.5}, health: {}}\n")
+        r = run("run", "--config", str(cfg), "--device", "cpu")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        import json
+        lines = [json.loads(l) for l in (out / "control.jsonl").read_text().splitlines()]
+        self.assertEqual([l["frame"] for l in lines], list(range(20)))
+        self.assertEqual([l["measured_frame"] for l in lines], list(range(20)))
+        self.assertEqual(sorted(lines[0]["outputs"]), ["cls", "det", "thumb"])
+        gains = [l["outputs"]["cls"]["gain"] for l in lines]
+        # delay_frames 2: frames 0 and 1 have no statistics old enough; frame 2 acts on frame 0's
+        self.assertEqual(gains[:2], [1.0, 1.0])
+        self.assertNotEqual(gains[2], 1.0)
+        self.assertTrue(all(0 <= l["mean_luma"] <= 1 for l in lines))
+
     def test_check_config_accepts_valid(self):
         cfg = self.pipeline_config("valid.yaml", self.dir / "unused")
         r = run("check-config", str(cfg))
