@@ -7,8 +7,10 @@ extern "C" {
 #include <spdlog/spdlog.h>
 
 #include <cstdarg>
+#include <regex>
 #include <string>
 
+#include "pipeline/util/log_limiter.hpp"
 #include "pipeline/util/redact.hpp"
 
 namespace framefuse {
@@ -32,8 +34,19 @@ void on_av_log(void* avcl, int av_level, const char* fmt, va_list args) {
   line += buf;
   if (line.empty() || line.back() != '\n') return;
   line.pop_back();
-  spdlog::log(level, "ffmpeg: {}", redact_text(line));
+  // A camera that stays down makes FFmpeg repeat the same error on every reconnect: show each
+  // distinct line (object addresses removed) at most every 30 s, with its repeat count.
+  static LogLimiter limiter;
+  static const std::regex address(" @ 0x[0-9a-f]+");
+  const std::string text = redact_text(line);
   line.clear();
+  const auto verdict = limiter.admit(std::regex_replace(text, address, ""));
+  if (!verdict.show) return;
+  if (verdict.repeats > 1) {
+    spdlog::log(level, "ffmpeg: {} (repeated {} times)", text, verdict.repeats);
+  } else {
+    spdlog::log(level, "ffmpeg: {}", text);
+  }
 }
 
 }  // namespace

@@ -1,18 +1,13 @@
 #include "pipeline/decode/video_source.hpp"
 
-#include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <cmath>
-#include <cstdarg>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <optional>
-#include <string_view>
 #include <tuple>
 #include <spdlog/fmt/fmt.h>
-#include <spdlog/spdlog.h>
 
 #include "pipeline/decode/av_error.hpp"
 #include "pipeline/decode/cuda_device_context.hpp"
@@ -33,35 +28,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
-
-//! `text` with every URI in it (a "scheme://..." word) passed through redact_uri().
-std::string redact_uris(std::string_view text) {
-  std::string out;
-  size_t done = 0;
-  for (size_t sep = text.find("://"); sep != std::string_view::npos; sep = text.find("://", done)) {
-    size_t begin = sep;
-    while (begin > done && (std::isalnum(static_cast<unsigned char>(text[begin - 1])) || text[begin - 1] == '+' ||
-                            text[begin - 1] == '-' || text[begin - 1] == '.'))
-      --begin;
-    const size_t end = std::min(text.find_first_of(" \t'\"", sep), text.size());
-    out.append(text.substr(done, begin - done)).append(redact_uri(text.substr(begin, end - begin)));
-    done = end;
-  }
-  return out.append(text.substr(done));
-}
-
-//! FFmpeg's own lines (warnings and worse) go to spdlog at debug level, URIs redacted: our errors
-//! already say what failed, once and rate-limited by the caller, while FFmpeg's would repeat on
-//! every reconnect, bypassing the daemon's log format. av_log_set_level() still applies.
-void forward_ffmpeg_log(void* avcl, int level, const char* format, va_list args) {
-  if (level > AV_LOG_WARNING || level > av_log_get_level() || !spdlog::should_log(spdlog::level::debug)) return;
-  thread_local int print_prefix = 1;
-  char line[1024];
-  av_log_format_line2(avcl, level, format, args, line, sizeof line, &print_prefix);
-  std::string_view text(line);
-  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.remove_suffix(1);
-  if (!text.empty()) spdlog::debug("ffmpeg: {}", redact_uris(text));
-}
 
 struct FormatClose {
   void operator()(AVFormatContext* c) const { avformat_close_input(&c); }
@@ -199,10 +165,7 @@ struct VideoSource::Impl {
 
   Impl(SourceSpec s, const std::string& pipeline, DecodeOptions o)
       : spec(std::move(s)), opts(std::move(o)),
-        context(fmt::format("pipeline '{}': source '{}'", pipeline, redact_uri(spec.uri))) {
-    static std::once_flag log_once;
-    std::call_once(log_once, [] { av_log_set_callback(&forward_ffmpeg_log); });
-  }
+        context(fmt::format("pipeline '{}': source '{}'", pipeline, redact_uri(spec.uri))) {}
 
   //! Closing an RTSP session sends TEARDOWN: bounded like any network call, and done here, while
   //! the interruption state that interrupt_cb reads is still alive.

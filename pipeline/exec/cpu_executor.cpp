@@ -59,6 +59,25 @@ void ParallelFor::run(int64_t n, const std::function<void(int64_t, int)>& fn) {
   done_cv_.wait(lock, [&] { return busy_ == 0 && next_ >= end_; });
 }
 
+//! One axis of an output's resampling over the resized coordinates its window shows, [lo, hi):
+//! coordinate lo + j reads index[j * taps + t] with weight[j * taps + t], t in Resize::sample's
+//! order of accumulation. Zero weights are dropped (a zero-weight tap adds exactly +0: every value
+//! is finite and >= +0); shorter entries are padded with weight-0 taps on their own first index.
+struct AxisTaps {
+  int32_t lo = 0, hi = 0, taps = 0;
+  std::vector<int32_t> index;
+  std::vector<float> weight;
+};
+
+//! x.index are positions in `cols`; y.index are source rows relative to the crop window, so
+//! control's window moves (control::apply) need no new tables.
+struct RowPlan {
+  AxisTaps x, y;
+  std::vector<int32_t> cols;   //!< crop-relative source columns the x taps read, ascending
+  bool dense = false;          //!< cols is one run (a few columns no tap reads may be in it)
+  int32_t cache_rows = 1;      //!< row cache size: the widest span of source rows one output row reads
+};
+
 namespace {
 
 //! Row buffers hold a pixel as 4 floats: R, G, B and an unused lane (kept 0). A pixel in flight is
@@ -185,9 +204,9 @@ namespace {
 
 //! YuvToRgb::apply over n samples, planar in and out. (always_inline: compiled into each clone of
 //! its caller, AVX2 included.)
-[[gnu::always_inline]] inline void yuv_to_rgb(const float* __restrict l, const float* __restrict u, const float* __restrict v, int n,
-                       const ops::YuvToRgb::Params p, float* __restrict r, float* __restrict g,
-                       float* __restrict b) {
+[[gnu::always_inline]] inline void yuv_to_rgb(const float* __restrict l, const float* __restrict u,
+                                              const float* __restrict v, int n, const ops::YuvToRgb::Params p,
+                                              float* __restrict r, float* __restrict g, float* __restrict b) {
   for (int i = 0; i < n; ++i) {
     const ops::Vec3 c = ops::YuvToRgb::apply(l[i], u[i], v[i], p);
     r[i] = c.x;
@@ -341,7 +360,10 @@ T element(float v) {
 
 void to_half_run(const float* in, uint16_t* out, int n) {
 #if defined(__x86_64__) && defined(__GNUC__)
-  static const bool f16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  static const bool f16c = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  }();
   if (f16c) return to_half_run_f16c(in, out, n);
 #endif
   for (int i = 0; i < n; ++i) out[i] = ops::to_half_bits(in[i]);

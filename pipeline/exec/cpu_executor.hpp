@@ -43,26 +43,9 @@ class ParallelFor {
   bool stop_ = false;
 };
 
-//! One axis of an output's resampling over the resized coordinates its window shows, [lo, hi):
-//! coordinate lo + j reads index[j * taps + t] with weight[j * taps + t], t in Resize::sample's
-//! order of accumulation. Zero weights are dropped (a zero-weight tap adds exactly +0); shorter
-//! entries are padded with weight-0 taps on their own first index.
-struct AxisTaps {
-  int32_t lo = 0, hi = 0, taps = 0;
-  std::vector<int32_t> index;
-  std::vector<float> weight;
-};
-
-//! How one output is evaluated by rows. x.index are positions in `cols`; y.index are source rows
-//! relative to the crop window, which is why control's window moves need no new tables.
-struct RowPlan {
-  AxisTaps x, y;
-  std::vector<int32_t> cols;   //!< crop-relative source columns the x taps read, ascending
-  bool dense = false;          //!< cols is one run (a few unread columns may be converted too)
-  int32_t cache_rows = 1;      //!< row cache size: the widest span of source rows one output row reads
-};
-
-//! One pool worker's row buffers (cpu_executor.cpp), sized at setup for the largest output.
+//! How one output is evaluated by rows (tap tables, columns to convert) and one pool worker's
+//! row buffers; both defined in cpu_executor.cpp, built by setup().
+struct RowPlan;
 struct RowScratch;
 
 class CpuExecutor final : public Executor {

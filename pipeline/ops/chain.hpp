@@ -1,7 +1,8 @@
 #pragma once
 //! The fused chain for one output pixel: read (colour) -> crop/resize (read-back) -> aspect window
-//! (letterbox pad / centre crop) -> channel order -> normalize -> store. The GPU kernel and the CPU
-//! executor both call `Chain::pixel`; nothing else computes an output value.
+//! (letterbox pad / centre crop) -> channel order -> normalize -> store. `Chain::pixel` defines every
+//! output value: the GPU kernel calls it per pixel; the CPU executor runs the same ops a row at a
+//! time (separable passes, the same float operations in the same order), bit-identical to it.
 #include "pipeline/ops/color.hpp"
 #include "pipeline/ops/resize.hpp"
 #include "pipeline/ops/write.hpp"

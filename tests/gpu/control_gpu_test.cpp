@@ -1,0 +1,659 @@
+//! Control on the CUDA backend (pipeline/control/control_cuda.hpp) against the CPU, the oracle.
+//! On the same thumbnails the device's statistics, health flags and crop windows equal
+//! ControlEngine's bit for bit and its gains agree within a few float ulps (the device's logf and
+//! expf differ from the host's); the delay ring has the same iteration semantics; the fused kernel
+//! applies the control state as the CPU executor does; batches, the CudaExecutor and a replayed
+//! CUDA graph run the same iterations. Clips are synthetic and seeded.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <optional>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "pipeline/control/control_cuda.hpp"
+#include "pipeline/control/control_engine.hpp"
+#include "pipeline/exec/cpu_executor.hpp"
+#include "pipeline/exec/cuda_executor.hpp"
+#include "tests/gpu/gpu_support.hpp"
+
+namespace framefuse::test {
+namespace {
+
+using control::ControlRecord;
+using control::Health;
+using control::kThumbPixels;
+using control::kThumbW;
+
+constexpr int kW = 320, kH = 180;
+constexpr double kFps = 25;
+//! Gains, relative: the device's logf / expf are within 1-2 ulps of the host's and the loop's
+//! feedback keeps the difference from growing; 2e-6 is about 16 float ulps.
+constexpr double kGainRel = 2e-6;
+
+//! A thumbnail: kThumbW x kThumbH luma values, row-major.
+using Thumbnail = std::vector<float>;
+
+// ---------------------------------------------------------------------------------------------
+// Specs, clips and comparisons
+
+RectSpec pixels(int x, int y, int w, int h) { return {double(x), double(y), double(w), double(h), false}; }
+
+//! Gray f32 on the 0..1 scale.
+OutputSpec gray_output(std::string name, RectSpec crop = {}) {
+  OutputSpec o;
+  o.name = std::move(name);
+  o.crop = crop;
+  o.channels = ChannelOrder::Gray;
+  o.scale = 1.f / 255.f;
+  return o;
+}
+
+//! RGB u8 HWC of the crop, not resized: the source pixels under the window.
+OutputSpec window_output(std::string name, RectSpec crop) {
+  OutputSpec o;
+  o.name = std::move(name);
+  o.crop = crop;
+  o.layout = ops::Layout::Hwc;
+  o.dtype = ops::DType::U8;
+  o.scale = 1.f;
+  return o;
+}
+
+PipelineSpec pipeline_spec(std::vector<OutputSpec> outputs, ControlSpec control) {
+  PipelineSpec p;
+  p.name = "gpu";
+  p.outputs = std::move(outputs);
+  control.enabled = true;
+  p.control = std::move(control);
+  return p;
+}
+
+FrameInfo rgb_info() {
+  FrameInfo f;
+  f.width = kW;
+  f.height = kH;
+  f.format = ops::PixelFormat::Rgb24;
+  return f;
+}
+
+control::ControlParams plan_control(const PipelineSpec& spec, std::span<const OutputPlan> plans) {
+  return control::make_control_params(spec.control, rgb_info(), plans, kFps, "pipeline 'gpu'");
+}
+
+ControlSpec loops(int32_t delay, bool gain, bool roi, bool health) {
+  ControlSpec c;
+  c.delay_frames = delay;
+  c.auto_gain.enabled = gain;
+  if (roi) {
+    c.roi_follow.enabled = true;
+    c.roi_follow.output = "win";
+    c.roi_follow.smoothing = 0.4;
+    c.roi_follow.dead_band = 0.01;
+    c.roi_follow.bounds = {0.1, 0.1, 0.8, 0.8, true};   // x 32..288, y 18..162
+  }
+  c.health.enabled = health;
+  c.health.frozen_after = std::chrono::milliseconds(400);   // 10 frames
+  c.health.raise_after = std::chrono::milliseconds(120);    // 3 frames
+  c.health.clear_after = std::chrono::milliseconds(200);    // 5 frames
+  return c;
+}
+
+//! Luma `base` plus uniform noise in [-a, a] from `seed`.
+Thumbnail noisy(float base, float a, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-a, a);
+  Thumbnail t(kThumbPixels);
+  for (float& v : t) v = base + u(rng);
+  return t;
+}
+
+void add_square(Thumbnail& t, int cx, int cy, int half, float v) {
+  for (int y = std::max(0, cy - half); y < std::min(control::kThumbH, cy + half); ++y)
+    for (int x = std::max(0, cx - half); x < std::min(kThumbW, cx + half); ++x) t[size_t(y) * kThumbW + x] = v;
+}
+
+//! Brightness steps (dark, brighter, black, bright) with fresh noise every frame and two values
+//! outside 0..1.
+Thumbnail steps_clip(int n) {
+  const float base = n < 30 ? 0.1f : n < 60 ? 0.35f : n < 90 ? 0.02f : 0.6f;
+  Thumbnail t = noisy(base, 0.03f, 100u + uint32_t(n));
+  t[5] = -0.2f;
+  t[777] = 1.3f;
+  return t;
+}
+
+//! A still texture with a bright 8x8 square moving right (wrapping) and bobbing.
+Thumbnail square_clip(int n) {
+  Thumbnail t = noisy(0.3f, 0.1f, 7);
+  add_square(t, 20 + (2 * n) % 90, 36 + static_cast<int>(std::lround(20 * std::sin(n / 8.0))), 4, 0.95f);
+  return t;
+}
+
+//! Moving noise, frozen (frames 30..69 repeat frame 29), black, overexposed, then a cut to
+//! another scene.
+Thumbnail health_clip(int n) {
+  if (n < 30) return noisy(0.4f, 0.15f, 200u + uint32_t(n));
+  if (n < 70) return noisy(0.4f, 0.15f, 229u);
+  if (n < 90) return noisy(0.02f, 0.015f, 300u + uint32_t(n));
+  if (n < 110) return noisy(1.f, 0.04f, 400u + uint32_t(n));
+  return noisy(0.75f, 0.1f, 500u + uint32_t(n));
+}
+
+Thumbnail all_clip(int n) {
+  Thumbnail t = steps_clip(n);
+  add_square(t, 20 + (2 * n) % 90, 36 + static_cast<int>(std::lround(20 * std::sin(n / 8.0))), 4, 0.95f);
+  return t;
+}
+
+double rel(double a, double b) { return a == b ? 0 : std::abs(a - b) / std::max(std::abs(b), 1e-30); }
+
+//! The device's record against the CPU engine's, both over the same thumbnails: everything
+//! exact except the gains (kGainRel) and what scales with them.
+void expect_same_record(const ControlRecord& g, const ControlRecord& c) {
+  EXPECT_EQ(g.iteration, c.iteration);
+  EXPECT_EQ(g.num_outputs, c.num_outputs);
+  EXPECT_EQ(g.health_flags, c.health_flags);
+  for (int i = 0; i < Health::kConditions; ++i)
+    EXPECT_EQ(g.health_events[i], c.health_events[i]) << control::kHealthNames[i] << " events";
+  EXPECT_EQ(g.mean_luma, c.mean_luma);
+  EXPECT_EQ(g.variance, c.variance);
+  EXPECT_EQ(g.motion, c.motion);
+  EXPECT_EQ(g.black_fraction, c.black_fraction);
+  EXPECT_EQ(g.white_fraction, c.white_fraction);
+  EXPECT_EQ(g.scene_distance, c.scene_distance);
+  for (int k = 0; k < c.num_outputs; ++k) {
+    const auto &a = g.out[k], &b = c.out[k];
+    EXPECT_LE(rel(a.gain, b.gain), kGainRel) << "output " << k << " gain " << a.gain << " vs " << b.gain;
+    EXPECT_LE(rel(a.mean_luma, b.mean_luma), 2 * kGainRel) << "output " << k << " mean " << a.mean_luma;
+    EXPECT_EQ(a.motion, b.motion) << "output " << k;
+    EXPECT_EQ((std::array{a.x, a.y, a.w, a.h}), (std::array{b.x, b.y, b.w, b.h})) << "output " << k << " window";
+  }
+}
+
+//! CudaControl driven with thumbnails written by the test, one synchronised iteration at a time.
+class GpuRig {
+ public:
+  explicit GpuRig(const control::ControlParams& p) { control_.setup(p, 1, stream_); }
+
+  void control_step() { control_.control_step(stream_); }
+  void stats_step(const Thumbnail& t) {
+    cuda::check(cudaMemcpyAsync(control_.thumbnails(), t.data(), sizeof(float) * kThumbPixels,
+                                cudaMemcpyHostToDevice, stream_),
+                "upload thumbnail");
+    control_.stats_step(0, stream_);
+    cuda::check(cudaStreamSynchronize(stream_), "control iteration");
+  }
+  ControlRecord step(const Thumbnail& t) {
+    control_step();
+    stats_step(t);
+    const auto r = control_.record();
+    EXPECT_TRUE(r.has_value());
+    return r.value_or(ControlRecord{});
+  }
+
+  control::ControlBlock block() {
+    control::ControlBlock b;
+    cuda::check(cudaMemcpyAsync(&b, control_.device_block(), sizeof b, cudaMemcpyDeviceToHost, stream_),
+                "download block");
+    cuda::check(cudaStreamSynchronize(stream_), "download block");
+    return b;
+  }
+  std::vector<control::Slot> slots() {
+    std::vector<control::Slot> s(size_t(control_.params().depth));
+    cuda::check(cudaMemcpyAsync(s.data(), control_.device_slots(), sizeof(control::Slot) * s.size(),
+                                cudaMemcpyDeviceToHost, stream_),
+                "download slots");
+    cuda::check(cudaStreamSynchronize(stream_), "download slots");
+    return s;
+  }
+
+ private:
+  cuda::Stream stream_ = cuda::make_stream();
+  control::CudaControl control_;
+};
+
+//! ControlEngine fed the same thumbnails.
+ControlRecord cpu_step(control::ControlEngine& engine, const Thumbnail& t) {
+  engine.control_step();
+  std::copy(t.begin(), t.end(), engine.thumbnail());
+  engine.stats_step();
+  return engine.record();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The device engine against ControlEngine, over a table of clips and loops
+
+struct EngineCase {
+  std::string name;
+  ControlSpec control;
+  std::function<Thumbnail(int)> clip;
+  uint32_t flags;        //!< health flags the clip must raise at some frame
+  bool gain, roi;        //!< the clip must change a gain / move the window
+};
+
+std::ostream& operator<<(std::ostream& os, const EngineCase& c) { return os << c.name; }
+
+std::vector<EngineCase> engine_cases() {
+  const uint32_t black = 1u << Health::kBlack, all_flags = (1u << Health::kConditions) - 1;
+  return {
+      {"steps_gain_health_d1", loops(1, true, false, true), steps_clip, black, true, false},
+      {"steps_gain_d3", loops(3, true, false, false), steps_clip, 0, true, false},
+      {"square_roi_health_d1", loops(1, false, true, true), square_clip, 0, false, true},
+      {"square_roi_d2", loops(2, false, true, false), square_clip, 0, false, true},
+      {"health_d2", loops(2, false, false, true), health_clip, all_flags, false, false},
+      // Fresh noise everywhere pulls the centroid to the middle: the window may stay put here.
+      {"all_loops_d4", loops(4, true, true, true), all_clip, black, true, false},
+  };
+}
+
+class GpuControlEngine : public ::testing::TestWithParam<EngineCase> {};
+
+TEST_P(GpuControlEngine, RecordsEqualTheCpuEngine) {
+  const EngineCase& c = GetParam();
+  const PipelineSpec spec = pipeline_spec(
+      {gray_output("all"), gray_output("win", pixels(128, 58, 64, 64)), gray_output("right", pixels(160, 45, 160, 90))},
+      c.control);
+  const auto plans = make_output_plans(spec, rgb_info());
+  const control::ControlParams params = plan_control(spec, plans);
+  GpuRig gpu(params);
+  control::ControlEngine cpu;
+  cpu.setup(params);
+  uint32_t flags = 0;
+  bool gained = false, moved = false;
+  for (int n = 0; n < 120; ++n) {
+    SCOPED_TRACE("frame " + std::to_string(n));
+    const Thumbnail t = c.clip(n);
+    const ControlRecord g = gpu.step(t);
+    const ControlRecord r = cpu_step(cpu, t);
+    ASSERT_EQ(g.iteration, uint64_t(n));
+    expect_same_record(g, r);
+    if (HasFailure()) break;   // one frame's report is enough; later frames only repeat it
+    flags |= r.health_flags;
+    gained |= r.out[0].gain != 1.f;
+    moved |= r.out[1].x != 128 || r.out[1].y != 58;
+  }
+  EXPECT_EQ(flags & c.flags, c.flags) << "the clip did not raise every flag it should";
+  EXPECT_TRUE(gained || !c.gain) << "the clip never changed a gain";
+  EXPECT_TRUE(moved || !c.roi) << "the clip never moved the window";
+}
+
+INSTANTIATE_TEST_SUITE_P(Clips, GpuControlEngine, ::testing::ValuesIn(engine_cases()),
+                         [](const ::testing::TestParamInfo<EngineCase>& i) { return i.param.name; });
+
+// ---------------------------------------------------------------------------------------------
+// Delay semantics on the device
+
+//! Brightness of frame n: steps at frames 10 and 23.
+float stepped(int n) { return n < 10 ? 0.1f : (n < 23 ? 0.3f : 0.02f); }
+
+TEST(GpuControlDelay, ControlOfFrameNReadsFrameNMinusDOnly) {
+  for (const int d : {1, 2, 3, 7}) {
+    SCOPED_TRACE("d = " + std::to_string(d));
+    const PipelineSpec spec = pipeline_spec({gray_output("out")}, loops(d, true, false, true));
+    const auto plans = make_output_plans(spec, rgb_info());
+    GpuRig rig(plan_control(spec, plans));
+    for (int n = 0; n < 40; ++n) {
+      rig.control_step();
+      ASSERT_EQ(rig.block().header.iteration, uint64_t(n));
+      if (n >= d) {
+        const auto slots = rig.slots();
+        const control::Slot& read = slots[size_t(control::read_slot(uint64_t(n), d, d + 1))];
+        EXPECT_EQ(read.iteration, uint64_t(n - d)) << "frame " << n;
+        EXPECT_NEAR(read.stats.region[0].mean, stepped(n - d), 1e-4) << "frame " << n;
+      }
+      rig.stats_step(Thumbnail(kThumbPixels, stepped(n)));
+      EXPECT_EQ(rig.slots()[size_t(n % (d + 1))].iteration, uint64_t(n)) << "frame " << n;
+      EXPECT_EQ(rig.block().header.iteration, uint64_t(n + 1));
+    }
+  }
+}
+
+TEST(GpuControlDelay, ControlNeverDependsOnNewerFrames) {
+  // Two clips equal up to frame s - 1 and different from s on: the control of every frame n < s + d
+  // is bit-identical, and frame s + d's gain already differs.
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> luma(0.01f, 0.2f);
+  for (const int d : {1, 2, 4}) {
+    for (const int s : {0, 3, 17}) {
+      SCOPED_TRACE(::testing::Message() << "d=" << d << " s=" << s);
+      ControlSpec c = loops(d, true, true, true);
+      c.health.raise_after = std::chrono::milliseconds(0);
+      const PipelineSpec spec = pipeline_spec({gray_output("out"), gray_output("win", pixels(100, 40, 64, 64))}, c);
+      const auto plans = make_output_plans(spec, rgb_info());
+      const control::ControlParams params = plan_control(spec, plans);
+      GpuRig a(params), b(params);
+      const float common = 0.2f, future_a = luma(rng), future_b = 0.9f;
+      for (int n = 0; n < s + d + 3; ++n) {
+        const auto frame = [n](float base) {   // a patch walks right: roi_follow has motion to chase
+          Thumbnail t(kThumbPixels, base);
+          for (int y = 21; y < 40; ++y)
+            for (int x = 4 * (n % 32); x < 4 * (n % 32) + 4; ++x) t[size_t(y) * kThumbW + x] = 0.9f;
+          return t;
+        };
+        const ControlRecord ra = a.step(frame(n < s ? common : future_a));
+        const ControlRecord rb = b.step(frame(n < s ? common : future_b));
+        bool same = ra.health_flags == rb.health_flags;
+        for (int k = 0; k < 2; ++k)
+          same = same && ra.out[k].gain == rb.out[k].gain && ra.out[k].x == rb.out[k].x && ra.out[k].y == rb.out[k].y;
+        if (n < s + d) {
+          EXPECT_TRUE(same) << "frame " << n;
+        } else if (n == s + d) {
+          EXPECT_NE(ra.out[0].gain, rb.out[0].gain) << "frame " << n;
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fused pass with control
+
+//! RGB frame: texture with bytes in [lo, hi] from `seed`, plus a 20-pixel square of 250 centred at
+//! (cx, cy).
+HostImage rgb_frame(uint32_t seed, int lo, int hi, int cx, int cy) {
+  HostImage img = random_image(ops::PixelFormat::Rgb24, kW, kH, seed);
+  for (auto& v : img.planes[0]) v = static_cast<uint8_t>(lo + v % (hi - lo + 1));
+  for (int y = std::max(0, cy - 10); y < std::min(kH, cy + 10); ++y)
+    for (int x = std::max(0, cx - 10); x < std::min(kW, cx + 10); ++x)
+      for (int ch = 0; ch < 3; ++ch) img.planes[0][size_t(y) * img.pitch[0] + 3 * x + ch] = 250;
+  return img;
+}
+
+//! Frame n (< 60) of a clip with work for every loop: dark, brighter, dark again (a still texture
+//! per stretch) and a bright square moving right and bobbing.
+HostImage moving_square(int n) {
+  const int stretch = n < 20 ? 0 : n < 40 ? 1 : 2;
+  constexpr int lo[] = {10, 40, 5}, hi[] = {50, 120, 30};
+  return rgb_frame(7u + uint32_t(stretch), lo[stretch], hi[stretch], 60 + 3 * n,
+                   90 + static_cast<int>(std::lround(40 * std::sin(n / 10.0))));
+}
+
+//! A fused launch with control on device frames: the visible outputs, then the thumbnail.
+struct ControlledLaunch {
+  control::CudaControl control;
+  FusedPreprocess fused;
+  DeviceOutputs outs;
+  std::vector<void*> ptrs;
+
+  ControlledLaunch(const FrameInfo& info, std::span<const OutputPlan> plans, const control::ControlParams& params,
+                   cudaStream_t stream)
+      : outs(plans, 1) {
+    control.setup(params, 1, stream);
+    std::vector<OutputPlan> all(plans.begin(), plans.end());
+    all.push_back(control.thumbnail_plan());
+    fused.setup(info, all, 1);
+    fused.set_control(control.device_state());
+    ptrs.assign(outs.ptrs().begin(), outs.ptrs().end());
+    ptrs.push_back(control.thumbnails());
+  }
+  void set_frame(const FrameSlot& slot) { fused.set_batch({&slot, 1}, ptrs); }
+  //! After the stream was synchronised.
+  Thumbnail thumbnail() const {
+    Thumbnail t(kThumbPixels);
+    cuda::check(cudaMemcpy(t.data(), control.thumbnails(), sizeof(float) * t.size(), cudaMemcpyDeviceToHost),
+                "download thumbnail");
+    return t;
+  }
+  ControlRecord record() const {
+    const auto r = control.record();
+    EXPECT_TRUE(r.has_value());
+    return r.value_or(ControlRecord{});
+  }
+};
+
+TEST(GpuControlFused, OutputsApplyTheStateAndStatisticsMatchTheCpu) {
+  // Per frame: the device's record equals the CPU engine's on the device's own thumbnail, the
+  // thumbnail and the outputs equal the CPU executor's given the state the record reports
+  // (control::apply on the planned outputs). Gain on 'all' and 'det', window 'win' follows.
+  ControlSpec c = loops(2, true, true, true);
+  c.auto_gain.outputs = {"all", "det"};
+  OutputSpec all = gray_output("all");
+  all.resize = {160, 90, 0};
+  all.interp = ops::Interp::Area;
+  OutputSpec det;
+  det.name = "det";
+  det.crop = pixels(40, 20, 240, 140);
+  det.resize = {96, 96, 0};
+  det.aspect = AspectMode::Letterbox;
+  det.channels = ChannelOrder::Bgr;
+  det.layout = ops::Layout::Hwc;
+  det.dtype = ops::DType::F16;
+  const PipelineSpec spec = pipeline_spec({all, window_output("win", pixels(128, 58, 64, 64)), det}, c);
+  const FrameInfo info = rgb_info();
+  const ops::ColorParams color = make_color_params(spec.color, info);
+  const auto plans = make_output_plans(spec, info);
+  const control::ControlParams params = plan_control(spec, plans);
+
+  const cuda::Stream stream = cuda::make_stream();
+  ControlledLaunch gpu(info, plans, params, stream);
+  control::ControlEngine engine;
+  engine.setup(params);
+  CpuExecutor cpu(2);
+  bool moved = false, gained = false;
+  for (int n = 0; n < 60; ++n) {
+    SCOPED_TRACE("frame " + std::to_string(n));
+    const HostImage img = moving_square(n);
+    const DeviceImage dev = upload(img);
+    gpu.outs.poison(n % 2 ? 0x00 : 0xFF);
+    cuda::check(cudaMemset(gpu.control.thumbnails(), n % 2 ? 0x00 : 0xFF, sizeof(float) * kThumbPixels),
+                "poison thumbnail");
+    cuda::check(cudaDeviceSynchronize(), "poison thumbnail");
+    gpu.set_frame({dev.view, color});
+    gpu.control.run(gpu.fused, 1, stream);
+    cuda::check(cudaStreamSynchronize(stream), "controlled fused pass");
+    const ControlRecord r = gpu.record();
+    ASSERT_EQ(r.iteration, uint64_t(n));
+    const auto got = gpu.outs.download();
+    const Thumbnail thumb = gpu.thumbnail();
+
+    expect_same_record(r, cpu_step(engine, thumb));
+
+    control::ControlState state = control::neutral_state(params.num_outputs, kW, kH);
+    std::vector<OutputPlan> applied = plans;
+    for (size_t k = 0; k < plans.size(); ++k) {
+      const auto& planned = plans[k].params.resize;
+      state.out[k] = {r.out[k].gain, r.out[k].x - planned.x0, r.out[k].y - planned.y0};
+      control::apply(state, static_cast<int>(k), applied[k].params);
+    }
+    applied.push_back(gpu.control.thumbnail_plan());
+    cpu.setup(info, color, applied, 1);
+    auto ref = poisoned_outputs(applied, 1);
+    const ops::ImageView view = img.view();
+    cpu.process({&view, 1}, pointers(ref));
+    for (size_t k = 0; k < plans.size(); ++k)
+      EXPECT_TRUE(matches_cpu(got[k], ref[k], plans[k].params.store.dtype)) << "output " << plans[k].name;
+    EXPECT_TRUE(matches_cpu(std::as_bytes(std::span(thumb)), ref.back(), ops::DType::F32)) << "thumbnail";
+    EXPECT_EQ(r.out[1].gain, 1.f) << "'win' is not driven by auto_gain";
+    moved |= r.out[1].x != 128 || r.out[1].y != 58;
+    gained |= r.out[0].gain != 1.f && r.out[2].gain != 1.f;
+    if (HasFailure()) break;
+  }
+  EXPECT_TRUE(moved) << "the window never moved";
+  EXPECT_TRUE(gained) << "the gains never changed";
+}
+
+// ---------------------------------------------------------------------------------------------
+// CudaExecutor
+
+TEST(GpuControlExecutor, BatchEqualsFramesOneAtATime) {
+  // A batch runs one iteration per frame (the fused kernel of frame b between its control step and
+  // its statistics): two batches of 6 equal 12 single frames, byte for byte, record for record.
+  constexpr int kBatch = 6;
+  const PipelineSpec spec =
+      pipeline_spec({gray_output("all"), window_output("win", pixels(128, 58, 64, 64))}, loops(2, true, true, true));
+  const FrameInfo info = rgb_info();
+  const ops::ColorParams color = make_color_params(spec.color, info);
+  const auto plans = make_output_plans(spec, info);
+  const control::ControlParams params = plan_control(spec, plans);
+  CudaExecutor batched(0), single(0);
+  batched.setup(info, color, plans, kBatch);
+  batched.setup_control(params);
+  single.setup(info, color, plans, 1);
+  single.setup_control(params);
+  auto out_batched = poisoned_outputs(plans, kBatch), out_single = poisoned_outputs(plans, 1);
+  for (int first = 0; first < 2 * kBatch; first += kBatch) {
+    std::vector<HostImage> imgs;
+    std::vector<ops::ImageView> views;
+    for (int b = 0; b < kBatch; ++b) imgs.push_back(moving_square(first + b));
+    for (const auto& i : imgs) views.push_back(i.view());
+    batched.process(views, pointers(out_batched));
+    for (int b = 0; b < kBatch; ++b) {
+      single.process({&views[size_t(b)], 1}, pointers(out_single));
+      for (size_t k = 0; k < plans.size(); ++k) {
+        const size_t bytes = plans[k].bytes_per_frame;
+        EXPECT_TRUE(same_bytes(std::span(out_batched[k]).subspan(size_t(b) * bytes, bytes), out_single[k]))
+            << "frame " << first + b << " output " << plans[k].name;
+      }
+    }
+    const auto a = batched.control_record(), s = single.control_record();
+    ASSERT_TRUE(a.has_value() && s.has_value());
+    EXPECT_EQ(a->iteration, uint64_t(first + kBatch - 1));
+    EXPECT_EQ(std::memcmp(&*a, &*s, sizeof *a), 0) << "records after frame " << first + kBatch - 1;
+  }
+}
+
+TEST(GpuControlExecutor, MatchesTheCpuExecutor) {
+  // CudaExecutor against CpuExecutor, both with control: their thumbnails differ in the last float
+  // bits (the fused kernel contracts to FMA), so statistics agree closely rather than exactly; the
+  // health decisions and every output (within the GPU test tolerances) agree.
+  // Frames: moving dark noise, frozen (20..34), black (35..49), a cut to bright (50..64), a cut back.
+  const auto frame = [](int n) {
+    if (n < 20) return rgb_frame(300u + uint32_t(n), 15, 45, -100, -100);
+    if (n < 35) return rgb_frame(319u, 15, 45, -100, -100);
+    if (n < 50) return rgb_frame(400u + uint32_t(n), 0, 8, -100, -100);
+    if (n < 65) return rgb_frame(500u + uint32_t(n), 100, 200, -100, -100);
+    return rgb_frame(600u + uint32_t(n), 20, 60, -100, -100);
+  };
+  OutputSpec all = gray_output("all");
+  all.resize = {224, 224, 0};
+  OutputSpec det;
+  det.name = "det";
+  det.crop = pixels(40, 20, 240, 140);
+  det.resize = {128, 128, 0};
+  det.aspect = AspectMode::Letterbox;
+  det.dtype = ops::DType::F16;
+  const PipelineSpec spec = pipeline_spec({all, det}, loops(2, true, false, true));
+  const FrameInfo info = rgb_info();
+  const ops::ColorParams color = make_color_params(spec.color, info);
+  const auto plans = make_output_plans(spec, info);
+  const control::ControlParams params = plan_control(spec, plans);
+  CudaExecutor gpu(0);
+  CpuExecutor cpu(2);
+  gpu.setup(info, color, plans, 1);
+  cpu.setup(info, color, plans, 1);
+  EXPECT_FALSE(gpu.control_record().has_value());
+  gpu.setup_control(params);
+  cpu.setup_control(params);
+  EXPECT_FALSE(gpu.control_record().has_value()) << "a record before the first frame";
+  auto out_gpu = poisoned_outputs(plans, 1), out_cpu = poisoned_outputs(plans, 1);
+  uint32_t flags = 0;
+  for (int n = 0; n < 80; ++n) {
+    SCOPED_TRACE("frame " + std::to_string(n));
+    const HostImage img = frame(n);
+    const ops::ImageView view = img.view();
+    gpu.process({&view, 1}, pointers(out_gpu));
+    cpu.process({&view, 1}, pointers(out_cpu));
+    const auto g = gpu.control_record(), c = cpu.control_record();
+    ASSERT_TRUE(g.has_value() && c.has_value());
+    ASSERT_EQ(g->iteration, uint64_t(n)) << "process() returns after the frame's statistics";
+    EXPECT_EQ(g->health_flags, c->health_flags);
+    for (int i = 0; i < Health::kConditions; ++i) EXPECT_EQ(g->health_events[i], c->health_events[i]);
+    EXPECT_NEAR(g->mean_luma, c->mean_luma, 1e-5);
+    EXPECT_NEAR(g->variance, c->variance, 1e-5);
+    EXPECT_NEAR(g->motion, c->motion, 1e-5);
+    EXPECT_NEAR(g->black_fraction, c->black_fraction, 2e-3);
+    EXPECT_NEAR(g->white_fraction, c->white_fraction, 2e-3);
+    EXPECT_NEAR(g->scene_distance, c->scene_distance, 2e-3);
+    for (size_t k = 0; k < plans.size(); ++k) {
+      EXPECT_LE(rel(g->out[k].gain, c->out[k].gain), 1e-4) << plans[k].name;
+      EXPECT_LE(rel(g->out[k].mean_luma, c->out[k].mean_luma), 1e-4) << plans[k].name;
+      EXPECT_TRUE(matches_cpu(out_gpu[k], out_cpu[k], plans[k].params.store.dtype)) << plans[k].name;
+    }
+    flags |= c->health_flags;
+    if (HasFailure()) break;
+  }
+  const uint32_t expected = (1u << Health::kFrozen) | (1u << Health::kBlack) | (1u << Health::kSceneChange);
+  EXPECT_EQ(flags & expected, expected) << "the clip did not raise frozen, black and scene_change";
+
+  gpu.setup(info, color, plans, 1);   // setup() turns control off
+  EXPECT_FALSE(gpu.control_record().has_value());
+  const PipelineSpec other = pipeline_spec({all}, ControlSpec{});
+  const auto other_plans = make_output_plans(other, info);
+  EXPECT_THROW(gpu.setup_control(plan_control(other, other_plans)), ConfigError);
+}
+
+// ---------------------------------------------------------------------------------------------
+// A captured graph
+
+TEST(GpuControlGraph, ReplayedIterationEqualsStreamLaunches) {
+  // One iteration (parameter upload, control step, fused kernel, statistics) captured once and
+  // replayed per frame, against the same iteration launched on the stream. The graph holds no
+  // frame number: the device's iteration counter advances by itself, also over a burst of replays
+  // with no host work in between (wrapping the record ring).
+  const PipelineSpec spec =
+      pipeline_spec({gray_output("all"), window_output("win", pixels(128, 58, 64, 64))}, loops(3, true, true, true));
+  const FrameInfo info = rgb_info();
+  const ops::ColorParams color = make_color_params(spec.color, info);
+  const auto plans = make_output_plans(spec, info);
+  const control::ControlParams params = plan_control(spec, plans);
+  const cuda::Stream stream = cuda::make_stream();
+  ControlledLaunch launched(info, plans, params, stream), replayed(info, plans, params, stream);
+  EXPECT_FALSE(replayed.control.record().has_value());
+
+  constexpr int kFrames = 24, kBurst = 20;
+  std::vector<HostImage> imgs;
+  std::vector<DeviceImage> dev;
+  for (int n = 0; n < kFrames; ++n) {
+    imgs.push_back(moving_square(n));
+    dev.push_back(upload(imgs.back()));
+  }
+  replayed.set_frame({dev[0].view, color});
+  cudaGraph_t raw_graph{};
+  cuda::check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+  replayed.control.run(replayed.fused, 1, stream);
+  cuda::check(cudaStreamEndCapture(stream, &raw_graph), "end capture");
+  const cuda::Graph graph(raw_graph);
+  size_t nodes = 0;
+  cuda::check(cudaGraphGetNodes(graph, nullptr, &nodes), "graph nodes");
+  EXPECT_EQ(nodes, 4u) << "expected the parameter upload, control step, fused and statistics kernels";
+  cudaGraphExec_t raw_exec{};
+  cuda::check(cudaGraphInstantiate(&raw_exec, graph, 0), "instantiate graph");
+  const cuda::GraphExec exec(raw_exec);
+
+  const auto compare = [&](uint64_t iteration) {
+    const ControlRecord a = launched.record(), b = replayed.record();
+    EXPECT_EQ(a.iteration, iteration);
+    EXPECT_EQ(b.iteration, iteration);
+    EXPECT_EQ(std::memcmp(&a, &b, sizeof a), 0) << "records of iteration " << iteration;
+  };
+  for (int n = 0; n < kFrames; ++n) {
+    SCOPED_TRACE("frame " + std::to_string(n));
+    launched.outs.poison(0xFF);
+    replayed.outs.poison(0x00);
+    launched.set_frame({dev[size_t(n)].view, color});
+    replayed.set_frame({dev[size_t(n)].view, color});
+    launched.control.run(launched.fused, 1, stream);
+    cuda::check(cudaGraphLaunch(exec, stream), "graph launch");
+    cuda::check(cudaStreamSynchronize(stream), "iteration");
+    compare(uint64_t(n));
+    const auto a = launched.outs.download(), b = replayed.outs.download();
+    for (size_t k = 0; k < plans.size(); ++k) EXPECT_TRUE(same_bytes(a[k], b[k])) << "output " << plans[k].name;
+    EXPECT_EQ(launched.thumbnail(), replayed.thumbnail());
+  }
+  for (int i = 0; i < kBurst; ++i) {
+    launched.control.run(launched.fused, 1, stream);
+    cuda::check(cudaGraphLaunch(exec, stream), "graph launch");
+  }
+  cuda::check(cudaStreamSynchronize(stream), "burst");
+  compare(uint64_t(kFrames + kBurst - 1));
+}
+
+}  // namespace
+}  // namespace framefuse::test
