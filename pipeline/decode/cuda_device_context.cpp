@@ -5,7 +5,7 @@
 #include <string>
 #include <spdlog/fmt/fmt.h>
 
-#include "pipeline/decode/av_error.hpp"
+#include "pipeline/decode/av_util.hpp"
 #include "pipeline/error.hpp"
 
 #if FRAMEFUSE_HAVE_FFNVCODEC

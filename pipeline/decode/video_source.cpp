@@ -9,7 +9,7 @@
 #include <tuple>
 #include <spdlog/fmt/fmt.h>
 
-#include "pipeline/decode/av_error.hpp"
+#include "pipeline/decode/av_util.hpp"
 #include "pipeline/decode/cuda_device_context.hpp"
 #include "pipeline/error.hpp"
 #include "pipeline/util/redact.hpp"
@@ -29,22 +29,7 @@ using Clock = std::chrono::steady_clock;
 
 int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
 
-struct FormatClose {
-  void operator()(AVFormatContext* c) const { avformat_close_input(&c); }
-};
-struct CodecFree {
-  void operator()(AVCodecContext* c) const { avcodec_free_context(&c); }
-};
-struct FrameFree {
-  void operator()(AVFrame* f) const { av_frame_free(&f); }
-};
-struct PacketFree {
-  void operator()(AVPacket* p) const { av_packet_free(&p); }
-};
-struct SwsFree {
-  void operator()(SwsContext* s) const { sws_freeContext(s); }
-};
-using FramePtr = std::unique_ptr<AVFrame, FrameFree>;
+using FramePtr = AvFramePtr;
 
 //! A DecodedFrame::owner holding `f`.
 std::shared_ptr<const void> owner_of(FramePtr f) { return std::shared_ptr<const AVFrame>(std::move(f)); }
@@ -123,9 +108,9 @@ struct VideoSource::Impl {
   DecodeOptions opts;
   std::string context;   //!< "pipeline 'x': source '<redacted uri>'"
 
-  std::unique_ptr<AVFormatContext, FormatClose> format;
-  std::unique_ptr<AVCodecContext, CodecFree> codec;
-  std::unique_ptr<AVPacket, PacketFree> packet{av_packet_alloc()};
+  AvFormatPtr format;
+  AvCodecPtr codec;
+  AvPacketPtr packet{av_packet_alloc()};
   FramePtr frame{av_frame_alloc()};
   int stream_index = -1;
   double time_base = 0;
@@ -142,7 +127,7 @@ struct VideoSource::Impl {
   std::string fatal;
 
   // Conversion of formats the ops do not read; rebuilt when the key changes.
-  std::unique_ptr<SwsContext, SwsFree> sws;
+  SwsPtr sws;
   std::tuple<int, int, int, ops::ColorMatrix, ops::ColorRange> sws_key{-1, 0, 0, {}, {}};
 
   // Interruption: a sticky flag plus a deadline re-armed per open/read (0 = none).

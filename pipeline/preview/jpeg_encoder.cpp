@@ -13,7 +13,7 @@ extern "C" {
 #include <libswscale/swscale.h>
 }
 
-#include "pipeline/decode/av_error.hpp"
+#include "pipeline/decode/av_util.hpp"
 #include "pipeline/decode/video_source.hpp"
 #include "pipeline/error.hpp"
 #include "pipeline/exec/executor.hpp"
@@ -21,18 +21,6 @@ extern "C" {
 namespace framefuse {
 namespace {
 
-struct CodecContextFree {
-  void operator()(AVCodecContext* c) const { avcodec_free_context(&c); }
-};
-struct FrameFree {
-  void operator()(AVFrame* f) const { av_frame_free(&f); }
-};
-struct PacketFree {
-  void operator()(AVPacket* p) const { av_packet_free(&p); }
-};
-struct SwsFree {
-  void operator()(SwsContext* s) const { sws_freeContext(s); }
-};
 
 void check(int err, const char* what) {
   if (err < 0) throw MediaError(fmt::format("jpeg encoder: {} failed: {}", what, av_error(err)));
@@ -76,7 +64,7 @@ std::vector<uint8_t> encode_jpeg(const RgbImage& image, int qscale) {
     throw std::invalid_argument(fmt::format("jpeg encoder: {}x{} RGB image with {} bytes", image.width, image.height,
                                             image.pixels.size()));
 
-  std::unique_ptr<AVCodecContext, CodecContextFree> ctx(avcodec_alloc_context3(codec));
+  AvCodecPtr ctx(avcodec_alloc_context3(codec));
   if (!ctx) throw std::bad_alloc();
   ctx->width = image.width;
   ctx->height = image.height;
@@ -88,8 +76,8 @@ std::vector<uint8_t> encode_jpeg(const RgbImage& image, int qscale) {
   ctx->global_quality = FF_QP2LAMBDA * qscale;
   check(avcodec_open2(ctx.get(), codec, nullptr), "opening mjpeg");
 
-  std::unique_ptr<AVFrame, FrameFree> yuv(av_frame_alloc());
-  std::unique_ptr<AVPacket, PacketFree> pkt(av_packet_alloc());
+  AvFramePtr yuv(av_frame_alloc());
+  AvPacketPtr pkt(av_packet_alloc());
   if (!yuv || !pkt) throw std::bad_alloc();
   // swscale leaves the last chroma column of an odd-width rgb24 -> yuv420p conversion unset, so
   // odd widths are converted from a copy whose extra column repeats the last one; the encoder
@@ -115,7 +103,7 @@ std::vector<uint8_t> encode_jpeg(const RgbImage& image, int qscale) {
   yuv->pts = 0;
   check(av_frame_get_buffer(yuv.get(), 0), "allocating the frame");
 
-  std::unique_ptr<SwsContext, SwsFree> sws(sws_getContext(conv_w, image.height, AV_PIX_FMT_RGB24, conv_w, image.height,
+  SwsPtr sws(sws_getContext(conv_w, image.height, AV_PIX_FMT_RGB24, conv_w, image.height,
                                                           AV_PIX_FMT_YUV420P, SWS_BILINEAR | SWS_ACCURATE_RND,
                                                           nullptr, nullptr, nullptr));
   if (!sws) throw MediaError("jpeg encoder: swscale cannot convert rgb24 to yuv420p");

@@ -383,21 +383,22 @@ struct ControlledLaunch {
   std::vector<void*> ptrs;
 
   ControlledLaunch(const FrameInfo& info, std::span<const OutputPlan> plans, const control::ControlParams& params,
-                   cudaStream_t stream)
-      : outs(plans, 1) {
-    control.setup(params, 1, stream);
+                   cudaStream_t stream, int max_batch = 1, int rows_per_thread = 0)
+      : outs(plans, max_batch) {
+    control.setup(params, max_batch, stream);
     std::vector<OutputPlan> all(plans.begin(), plans.end());
     all.push_back(control.thumbnail_plan());
-    fused.setup(info, all, 1);
+    fused.setup(info, all, max_batch, rows_per_thread);
     fused.set_control(control.device_state());
     ptrs.assign(outs.ptrs().begin(), outs.ptrs().end());
     ptrs.push_back(control.thumbnails());
   }
-  void set_frame(const FrameSlot& slot) { fused.set_batch({&slot, 1}, ptrs); }
-  //! After the stream was synchronised.
-  Thumbnail thumbnail() const {
+  void set_frames(std::span<const FrameSlot> slots) { fused.set_batch(slots, ptrs); }
+  //! Batch frame b's thumbnail, after the stream was synchronised.
+  Thumbnail thumbnail(int b = 0) const {
     Thumbnail t(kThumbPixels);
-    cuda::check(cudaMemcpy(t.data(), control.thumbnails(), sizeof(float) * t.size(), cudaMemcpyDeviceToHost),
+    cuda::check(cudaMemcpy(t.data(), control.thumbnails() + size_t(b) * kThumbPixels, sizeof(float) * t.size(),
+                           cudaMemcpyDeviceToHost),
                 "download thumbnail");
     return t;
   }
@@ -445,7 +446,8 @@ TEST(GpuControlFused, OutputsApplyTheStateAndStatisticsMatchTheCpu) {
     cuda::check(cudaMemset(gpu.control.thumbnails(), n % 2 ? 0x00 : 0xFF, sizeof(float) * kThumbPixels),
                 "poison thumbnail");
     cuda::check(cudaDeviceSynchronize(), "poison thumbnail");
-    gpu.set_frame({dev.view, color});
+    const FrameSlot slot{dev.view, color};
+    gpu.set_frames({&slot, 1});
     gpu.control.run(gpu.fused, 1, stream);
     cuda::check(cudaStreamSynchronize(stream), "controlled fused pass");
     const ControlRecord r = gpu.record();
@@ -482,9 +484,10 @@ TEST(GpuControlFused, OutputsApplyTheStateAndStatisticsMatchTheCpu) {
 // ---------------------------------------------------------------------------------------------
 // CudaExecutor
 
-TEST(GpuControlExecutor, BatchEqualsFramesOneAtATime) {
+TEST(GpuControlBatch, BatchEqualsFramesOneAtATime) {
   // A batch runs one iteration per frame (the fused kernel of frame b between its control step and
-  // its statistics): two batches of 6 equal 12 single frames, byte for byte, record for record.
+  // its statistics): two batches of 6 equal 12 single frames byte for byte, record for record, and
+  // CudaExecutor (host frames, same launch configuration) equals the batched launch.
   constexpr int kBatch = 6;
   const PipelineSpec spec =
       pipeline_spec({gray_output("all"), window_output("win", pixels(128, 58, 64, 64))}, loops(2, true, true, true));
@@ -492,30 +495,58 @@ TEST(GpuControlExecutor, BatchEqualsFramesOneAtATime) {
   const ops::ColorParams color = make_color_params(spec.color, info);
   const auto plans = make_output_plans(spec, info);
   const control::ControlParams params = plan_control(spec, plans);
-  CudaExecutor batched(0), single(0);
-  batched.setup(info, color, plans, kBatch);
-  batched.setup_control(params);
-  single.setup(info, color, plans, 1);
-  single.setup_control(params);
-  auto out_batched = poisoned_outputs(plans, kBatch), out_single = poisoned_outputs(plans, 1);
+  const cuda::Stream stream = cuda::make_stream();
+  ControlledLaunch batched(info, plans, params, stream, kBatch);
+  // Same rows per thread: the same kernel instantiation computes every pixel the same way.
+  ControlledLaunch single(info, plans, params, stream, 1, batched.fused.rows_per_thread());
+  CudaExecutor executor(0);
+  executor.setup(info, color, plans, kBatch);
+  executor.setup_control(params);
+  auto out_executor = poisoned_outputs(plans, kBatch);
   for (int first = 0; first < 2 * kBatch; first += kBatch) {
+    SCOPED_TRACE("batch from frame " + std::to_string(first));
     std::vector<HostImage> imgs;
+    std::vector<DeviceImage> dev;
+    std::vector<FrameSlot> slots;
     std::vector<ops::ImageView> views;
-    for (int b = 0; b < kBatch; ++b) imgs.push_back(moving_square(first + b));
-    for (const auto& i : imgs) views.push_back(i.view());
-    batched.process(views, pointers(out_batched));
     for (int b = 0; b < kBatch; ++b) {
-      single.process({&views[size_t(b)], 1}, pointers(out_single));
+      imgs.push_back(moving_square(first + b));
+      dev.push_back(upload(imgs.back()));
+    }
+    for (int b = 0; b < kBatch; ++b) {
+      slots.push_back({dev[size_t(b)].view, color});
+      views.push_back(imgs[size_t(b)].view());
+    }
+    batched.outs.poison(0xFF);
+    batched.set_frames(slots);
+    batched.control.run(batched.fused, kBatch, stream);
+    cuda::check(cudaStreamSynchronize(stream), "batch");
+    const auto got = batched.outs.download();
+    const ControlRecord from_batch = batched.record();
+    EXPECT_EQ(from_batch.iteration, uint64_t(first + kBatch - 1));
+
+    for (int b = 0; b < kBatch; ++b) {
+      single.outs.poison(0x00);
+      single.set_frames({&slots[size_t(b)], 1});
+      single.control.run(single.fused, 1, stream);
+      cuda::check(cudaStreamSynchronize(stream), "single frame");
+      const auto one = single.outs.download();
       for (size_t k = 0; k < plans.size(); ++k) {
         const size_t bytes = plans[k].bytes_per_frame;
-        EXPECT_TRUE(same_bytes(std::span(out_batched[k]).subspan(size_t(b) * bytes, bytes), out_single[k]))
+        EXPECT_TRUE(same_bytes(std::span(got[k]).subspan(size_t(b) * bytes, bytes), one[k]))
             << "frame " << first + b << " output " << plans[k].name;
       }
+      EXPECT_EQ(batched.thumbnail(b), single.thumbnail()) << "frame " << first + b << " thumbnail";
     }
-    const auto a = batched.control_record(), s = single.control_record();
-    ASSERT_TRUE(a.has_value() && s.has_value());
-    EXPECT_EQ(a->iteration, uint64_t(first + kBatch - 1));
-    EXPECT_EQ(std::memcmp(&*a, &*s, sizeof *a), 0) << "records after frame " << first + kBatch - 1;
+    const ControlRecord from_single = single.record();
+    EXPECT_EQ(std::memcmp(&from_batch, &from_single, sizeof from_batch), 0) << "records";
+
+    executor.process(views, pointers(out_executor));
+    for (size_t k = 0; k < plans.size(); ++k)
+      EXPECT_TRUE(same_bytes(out_executor[k], got[k])) << "executor output " << plans[k].name;
+    const auto from_executor = executor.control_record();
+    ASSERT_TRUE(from_executor.has_value());
+    EXPECT_EQ(std::memcmp(&*from_executor, &from_batch, sizeof from_batch), 0) << "executor record";
   }
 }
 
@@ -614,7 +645,8 @@ TEST(GpuControlGraph, ReplayedIterationEqualsStreamLaunches) {
     imgs.push_back(moving_square(n));
     dev.push_back(upload(imgs.back()));
   }
-  replayed.set_frame({dev[0].view, color});
+  const FrameSlot first{dev[0].view, color};
+  replayed.set_frames({&first, 1});
   cudaGraph_t raw_graph{};
   cuda::check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
   replayed.control.run(replayed.fused, 1, stream);
@@ -637,8 +669,9 @@ TEST(GpuControlGraph, ReplayedIterationEqualsStreamLaunches) {
     SCOPED_TRACE("frame " + std::to_string(n));
     launched.outs.poison(0xFF);
     replayed.outs.poison(0x00);
-    launched.set_frame({dev[size_t(n)].view, color});
-    replayed.set_frame({dev[size_t(n)].view, color});
+    const FrameSlot slot{dev[size_t(n)].view, color};
+    launched.set_frames({&slot, 1});
+    replayed.set_frames({&slot, 1});
     launched.control.run(launched.fused, 1, stream);
     cuda::check(cudaGraphLaunch(exec, stream), "graph launch");
     cuda::check(cudaStreamSynchronize(stream), "iteration");
