@@ -118,9 +118,18 @@ struct Resize {
                             : linear_taps(dx, p.scale_x, p.src_w);
         const Taps2 ty = up ? area_up_taps(dy, p.scale_y, p.inv_scale_y, p.src_h)
                             : linear_taps(dy, p.scale_y, p.src_h);
-        const Vec3 a = src.rgb(p.x0 + tx.i0, p.y0 + ty.i0), b = src.rgb(p.x0 + tx.i1, p.y0 + ty.i0);
-        const Vec3 c = src.rgb(p.x0 + tx.i0, p.y0 + ty.i1), d = src.rgb(p.x0 + tx.i1, p.y0 + ty.i1);
-        const Vec3 top = a * (1.f - tx.a) + b * tx.a, bot = c * (1.f - tx.a) + d * tx.a;
+        // A tap of weight 0 is not read: v * 1 + w * 0 == v for the finite, non-negative pixels
+        // here, so substituting its neighbour gives the bit-identical result (integer scale
+        // factors put weight 0 on every second tap).
+        const Vec3 a = src.rgb(p.x0 + tx.i0, p.y0 + ty.i0);
+        const Vec3 b = tx.a != 0.f ? src.rgb(p.x0 + tx.i1, p.y0 + ty.i0) : a;
+        const Vec3 top = a * (1.f - tx.a) + b * tx.a;
+        Vec3 bot = top;
+        if (ty.a != 0.f) {
+          const Vec3 c = src.rgb(p.x0 + tx.i0, p.y0 + ty.i1);
+          const Vec3 d = tx.a != 0.f ? src.rgb(p.x0 + tx.i1, p.y0 + ty.i1) : c;
+          bot = c * (1.f - tx.a) + d * tx.a;
+        }
         return top * (1.f - ty.a) + bot * ty.a;
       }
     }
