@@ -264,6 +264,10 @@ struct VideoSource::Impl {
       try {
         codec->hw_device_ctx = cuda_decode_device(opts.cuda_device);
         codec->get_format = &Impl::get_format;
+        // NVDEC decodes on the chip; one CPU thread parses. Frame threads would only hold frames
+        // back and multiply surfaces (and FFmpeg 5.1's hwaccel + frame threading handed out
+        // surfaces without data on the H200).
+        codec->thread_count = 1;
         nvdec_wanted = true;
         in_use = DecoderKind::Nvdec;
         return;
@@ -475,6 +479,7 @@ struct VideoSource::Impl {
         fail(fmt::format("NVDEC produced {} frames, which the ops do not read", av_get_pix_fmt_name(sw)));
       info.format = sw == AV_PIX_FMT_NV12 ? ops::PixelFormat::Nv12 : ops::PixelFormat::P010;
       d.memory = FrameMemory::Device;
+      if (!frame->data[0] || !frame->data[1]) fail("NVDEC returned a frame without surface data");
       av_frame_move_ref(out.get(), frame.get());
     } else if (const auto direct = direct_format(pix)) {
       info.format = *direct;

@@ -1,10 +1,11 @@
 #pragma once
 //! The fused chain on the CPU, evaluated row by row: each work item is a band of output rows of one
-//! output of one frame. Every source row a band needs is converted once (FrameReader::rgb, crop
-//! columns only), resampled horizontally with setup-time tap tables (Resize's own taps), kept in a
-//! small row cache while output rows use it, blended vertically, then windowed, ordered, normalized
-//! and stored. The float operations and their order are Resize::sample's and Chain::pixel's, so every
-//! output element is bit-identical to Chain::pixel (the definition the CUDA kernel runs). With
+//! output of one frame. Each source row a band reads is converted once (FrameReader's samples and
+//! YuvToRgb, only the columns some tap reads), resampled horizontally with setup-time tap tables
+//! (Resize's own taps; zero-weight taps, which add exactly +0, dropped), kept in a small row cache
+//! while output rows use it, blended vertically, then windowed, ordered, normalized and stored, in
+//! vectorised loops. The float operations and their order are Resize::sample's and Chain::pixel's, so
+//! every output element is bit-identical to Chain::pixel (the definition the CUDA kernel runs). With
 //! control, frames run one at a time: control step, the rows of every output (control applied)
 //! plus the hidden thumbnail's, then the statistics step.
 #include <condition_variable>

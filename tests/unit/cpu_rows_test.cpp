@@ -5,6 +5,7 @@
 //! band, batches, several threads, and control (auto_gain, roi_follow) moving windows and gains.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
