@@ -22,6 +22,7 @@
 #include "pipeline/exec/cpu_executor.hpp"
 #include "pipeline/exec/cuda_executor.hpp"
 #include "tests/gpu/gpu_support.hpp"
+#include "tests/support/control_fixtures.hpp"
 
 namespace framefuse::test {
 namespace {
@@ -31,8 +32,8 @@ using control::Health;
 using control::kThumbPixels;
 using control::kThumbW;
 
-constexpr int kW = 320, kH = 180;
-constexpr double kFps = 25;
+constexpr int kW = kControlW, kH = kControlH;
+constexpr double kFps = kControlFps;
 //! Gains, relative: the device's logf / expf are within 1-2 ulps of the host's and the loop's
 //! feedback keeps the difference from growing; 2e-6 is about 16 float ulps.
 constexpr double kGainRel = 2e-6;
@@ -43,48 +44,8 @@ using Thumbnail = std::vector<float>;
 // ---------------------------------------------------------------------------------------------
 // Specs, clips and comparisons
 
-RectSpec pixels(int x, int y, int w, int h) { return {double(x), double(y), double(w), double(h), false}; }
-
-//! Gray f32 on the 0..1 scale.
-OutputSpec gray_output(std::string name, RectSpec crop = {}) {
-  OutputSpec o;
-  o.name = std::move(name);
-  o.crop = crop;
-  o.channels = ChannelOrder::Gray;
-  o.scale = 1.f / 255.f;
-  return o;
-}
-
-//! RGB u8 HWC of the crop, not resized: the source pixels under the window.
-OutputSpec window_output(std::string name, RectSpec crop) {
-  OutputSpec o;
-  o.name = std::move(name);
-  o.crop = crop;
-  o.layout = ops::Layout::Hwc;
-  o.dtype = ops::DType::U8;
-  o.scale = 1.f;
-  return o;
-}
-
-PipelineSpec pipeline_spec(std::vector<OutputSpec> outputs, ControlSpec control) {
-  PipelineSpec p;
-  p.name = "gpu";
-  p.outputs = std::move(outputs);
-  control.enabled = true;
-  p.control = std::move(control);
-  return p;
-}
-
-FrameInfo rgb_info() {
-  FrameInfo f;
-  f.width = kW;
-  f.height = kH;
-  f.format = ops::PixelFormat::Rgb24;
-  return f;
-}
-
 control::ControlParams plan_control(const PipelineSpec& spec, std::span<const OutputPlan> plans) {
-  return control::make_control_params(spec.control, rgb_info(), plans, kFps, "pipeline 'gpu'");
+  return control::make_control_params(spec.control, control_frame_info(), plans, kFps, "pipeline 'gpu'");
 }
 
 ControlSpec loops(int32_t delay, bool gain, bool roi, bool health) {
@@ -257,10 +218,10 @@ class GpuControlEngine : public ::testing::TestWithParam<EngineCase> {};
 
 TEST_P(GpuControlEngine, RecordsEqualTheCpuEngine) {
   const EngineCase& c = GetParam();
-  const PipelineSpec spec = pipeline_spec(
+  const PipelineSpec spec = control_pipeline("gpu", 
       {gray_output("all"), gray_output("win", pixels(128, 58, 64, 64)), gray_output("right", pixels(160, 45, 160, 90))},
       c.control);
-  const auto plans = make_output_plans(spec, rgb_info());
+  const auto plans = make_output_plans(spec, control_frame_info());
   const control::ControlParams params = plan_control(spec, plans);
   GpuRig gpu(params);
   control::ControlEngine cpu;
@@ -296,8 +257,8 @@ float stepped(int n) { return n < 10 ? 0.1f : (n < 23 ? 0.3f : 0.02f); }
 TEST(GpuControlDelay, ControlOfFrameNReadsFrameNMinusDOnly) {
   for (const int d : {1, 2, 3, 7}) {
     SCOPED_TRACE("d = " + std::to_string(d));
-    const PipelineSpec spec = pipeline_spec({gray_output("out")}, loops(d, true, false, true));
-    const auto plans = make_output_plans(spec, rgb_info());
+    const PipelineSpec spec = control_pipeline("gpu", {gray_output("out")}, loops(d, true, false, true));
+    const auto plans = make_output_plans(spec, control_frame_info());
     GpuRig rig(plan_control(spec, plans));
     for (int n = 0; n < 40; ++n) {
       rig.control_step();
@@ -325,8 +286,8 @@ TEST(GpuControlDelay, ControlNeverDependsOnNewerFrames) {
       SCOPED_TRACE(::testing::Message() << "d=" << d << " s=" << s);
       ControlSpec c = loops(d, true, true, true);
       c.health.raise_after = std::chrono::milliseconds(0);
-      const PipelineSpec spec = pipeline_spec({gray_output("out"), gray_output("win", pixels(100, 40, 64, 64))}, c);
-      const auto plans = make_output_plans(spec, rgb_info());
+      const PipelineSpec spec = control_pipeline("gpu", {gray_output("out"), gray_output("win", pixels(100, 40, 64, 64))}, c);
+      const auto plans = make_output_plans(spec, control_frame_info());
       const control::ControlParams params = plan_control(spec, plans);
       GpuRig a(params), b(params);
       const float common = 0.2f, future_a = luma(rng), future_b = 0.9f;
@@ -426,8 +387,8 @@ TEST(GpuControlFused, OutputsApplyTheStateAndStatisticsMatchTheCpu) {
   det.channels = ChannelOrder::Bgr;
   det.layout = ops::Layout::Hwc;
   det.dtype = ops::DType::F16;
-  const PipelineSpec spec = pipeline_spec({all, window_output("win", pixels(128, 58, 64, 64)), det}, c);
-  const FrameInfo info = rgb_info();
+  const PipelineSpec spec = control_pipeline("gpu", {all, window_output("win", pixels(128, 58, 64, 64)), det}, c);
+  const FrameInfo info = control_frame_info();
   const ops::ColorParams color = make_color_params(spec.color, info);
   const auto plans = make_output_plans(spec, info);
   const control::ControlParams params = plan_control(spec, plans);
@@ -490,8 +451,8 @@ TEST(GpuControlBatch, BatchEqualsFramesOneAtATime) {
   // CudaExecutor (host frames, same launch configuration) equals the batched launch.
   constexpr int kBatch = 6;
   const PipelineSpec spec =
-      pipeline_spec({gray_output("all"), window_output("win", pixels(128, 58, 64, 64))}, loops(2, true, true, true));
-  const FrameInfo info = rgb_info();
+      control_pipeline("gpu", {gray_output("all"), window_output("win", pixels(128, 58, 64, 64))}, loops(2, true, true, true));
+  const FrameInfo info = control_frame_info();
   const ops::ColorParams color = make_color_params(spec.color, info);
   const auto plans = make_output_plans(spec, info);
   const control::ControlParams params = plan_control(spec, plans);
@@ -570,8 +531,8 @@ TEST(GpuControlExecutor, MatchesTheCpuExecutor) {
   det.resize = {128, 128, 0};
   det.aspect = AspectMode::Letterbox;
   det.dtype = ops::DType::F16;
-  const PipelineSpec spec = pipeline_spec({all, det}, loops(2, true, false, true));
-  const FrameInfo info = rgb_info();
+  const PipelineSpec spec = control_pipeline("gpu", {all, det}, loops(2, true, false, true));
+  const FrameInfo info = control_frame_info();
   const ops::ColorParams color = make_color_params(spec.color, info);
   const auto plans = make_output_plans(spec, info);
   const control::ControlParams params = plan_control(spec, plans);
@@ -615,7 +576,7 @@ TEST(GpuControlExecutor, MatchesTheCpuExecutor) {
 
   gpu.setup(info, color, plans, 1);   // setup() turns control off
   EXPECT_FALSE(gpu.control_record().has_value());
-  const PipelineSpec other = pipeline_spec({all}, ControlSpec{});
+  const PipelineSpec other = control_pipeline("gpu", {all}, ControlSpec{});
   const auto other_plans = make_output_plans(other, info);
   EXPECT_THROW(gpu.setup_control(plan_control(other, other_plans)), ConfigError);
 }
@@ -629,8 +590,8 @@ TEST(GpuControlGraph, ReplayedIterationEqualsStreamLaunches) {
   // frame number: the device's iteration counter advances by itself, also over a burst of replays
   // with no host work in between (wrapping the record ring).
   const PipelineSpec spec =
-      pipeline_spec({gray_output("all"), window_output("win", pixels(128, 58, 64, 64))}, loops(3, true, true, true));
-  const FrameInfo info = rgb_info();
+      control_pipeline("gpu", {gray_output("all"), window_output("win", pixels(128, 58, 64, 64))}, loops(3, true, true, true));
+  const FrameInfo info = control_frame_info();
   const ops::ColorParams color = make_color_params(spec.color, info);
   const auto plans = make_output_plans(spec, info);
   const control::ControlParams params = plan_control(spec, plans);

@@ -16,6 +16,7 @@
 #include "pipeline/error.hpp"
 #include "pipeline/exec/cpu_executor.hpp"
 #include "pipeline/runtime/pipeline_stats.hpp"
+#include "tests/support/control_fixtures.hpp"
 #include "tests/support/test_images.hpp"
 
 namespace framefuse {
@@ -25,8 +26,11 @@ using control::ControlEngine;
 using control::ControlRecord;
 using control::Health;
 
-constexpr int kW = 320, kH = 180;   // thumbnail scale 2.5 on both axes
-constexpr double kFps = 25;
+constexpr int kW = test::kControlW, kH = test::kControlH;
+constexpr double kFps = test::kControlFps;
+using test::gray_output;
+using test::pixels;
+using test::window_output;
 const std::string kContext = "pipeline 'test'";
 
 // ---------------------------------------------------------------------------------------------
@@ -55,50 +59,10 @@ double mean_luma(const test::HostImage& img, int x0, int y0, int w, int h) {
   return sum / (255.0 * w * h);
 }
 
-RectSpec pixels(int x, int y, int w, int h) { return {double(x), double(y), double(w), double(h), false}; }
-
-//! A gray f32 output on the 0..1 scale: its mean is the window's luma times the gain.
-OutputSpec gray_output(std::string name, RectSpec crop = {}) {
-  OutputSpec o;
-  o.name = std::move(name);
-  o.crop = crop;
-  o.channels = ChannelOrder::Gray;
-  o.scale = 1.f / 255.f;
-  return o;
-}
-
-//! An RGB u8 HWC output of the crop, not resized: its bytes are the source pixels under the window.
-OutputSpec window_output(std::string name, RectSpec crop) {
-  OutputSpec o;
-  o.name = std::move(name);
-  o.crop = crop;
-  o.layout = ops::Layout::Hwc;
-  o.dtype = ops::DType::U8;
-  o.scale = 1.f;
-  return o;
-}
-
-PipelineSpec pipeline(std::vector<OutputSpec> outputs, ControlSpec control) {
-  PipelineSpec p;
-  p.name = "test";
-  p.outputs = std::move(outputs);
-  control.enabled = true;
-  p.control = std::move(control);
-  return p;
-}
-
-FrameInfo rgb_frame() {
-  FrameInfo f;
-  f.width = kW;
-  f.height = kH;
-  f.format = ops::PixelFormat::Rgb24;
-  return f;
-}
-
 //! A CpuExecutor with the spec's outputs and control, fed one frame at a time.
 class Harness {
  public:
-  explicit Harness(const PipelineSpec& spec, const FrameInfo& frame = rgb_frame()) : exec_(2) {
+  explicit Harness(const PipelineSpec& spec, const FrameInfo& frame = test::control_frame_info()) : exec_(2) {
     plans_ = make_output_plans(spec, frame);
     exec_.setup(frame, make_color_params(spec.color, frame), plans_, 1);
     exec_.setup_control(control::make_control_params(spec.control, frame, plans_, kFps, kContext));
@@ -136,9 +100,9 @@ struct Rig {
   ControlEngine engine;
 
   explicit Rig(const ControlSpec& spec, std::vector<OutputSpec> outputs = {gray_output("out")}) {
-    const PipelineSpec p = pipeline(std::move(outputs), spec);
-    plans = make_output_plans(p, rgb_frame());
-    engine.setup(control::make_control_params(p.control, rgb_frame(), plans, kFps, kContext));
+    const PipelineSpec p = test::control_pipeline("test", std::move(outputs), spec);
+    plans = make_output_plans(p, test::control_frame_info());
+    engine.setup(control::make_control_params(p.control, test::control_frame_info(), plans, kFps, kContext));
   }
 
   //! One iteration whose thumbnail is `fill`(x, y); returns the state the frame's outputs got.
@@ -322,7 +286,7 @@ TEST(Stats, PartialSumsMergedInAnyOrderEqualTheSequentialSums) {
 TEST(Stats, ThumbnailFromTheFusedPassKeepsTheFrameMean) {
   // Area averaging by 2.5 x 2.5 weighs every source pixel equally: the thumbnail's mean is the
   // frame's mean luma, and a window's mean is that of the pixels under it.
-  Harness h(pipeline({gray_output("all"), gray_output("box", pixels(80, 45, 160, 90))}, ControlSpec{}));
+  Harness h(test::control_pipeline("test", {gray_output("all"), gray_output("box", pixels(80, 45, 160, 90))}, ControlSpec{}));
   for (uint32_t seed : {1u, 2u, 3u}) {
     const test::HostImage img = textured(seed, 0, 255);
     const ControlRecord r = h.step(img);
@@ -426,7 +390,7 @@ TEST(Delay, BrightnessStepReachesTheOutputsExactlyDFramesLater) {
     ControlSpec spec = with_auto_gain(d);
     spec.health.enabled = true;
     spec.health.raise_after = std::chrono::milliseconds(0);
-    Harness stepped_run(pipeline({gray_output("out")}, spec)), constant_run(pipeline({gray_output("out")}, spec));
+    Harness stepped_run(test::control_pipeline("test", {gray_output("out")}, spec)), constant_run(test::control_pipeline("test", {gray_output("out")}, spec));
     for (int n = 0; n < 40; ++n) {
       const ControlRecord a = stepped_run.step(frame(n, true));
       const ControlRecord b = constant_run.step(frame(n, false));
@@ -449,7 +413,7 @@ TEST(AutoGain, ConvergesOnADarkClipWithinThirtyFramesWithoutOscillation) {
     ControlSpec spec = with_auto_gain(d);
     spec.auto_gain.target = 0.45;
     const auto& g = spec.auto_gain;
-    Harness h(pipeline({gray_output("out", pixels(40, 20, 240, 140))}, spec));
+    Harness h(test::control_pipeline("test", {gray_output("out", pixels(40, 20, 240, 140))}, spec));
     float prev_gain = 1.f, peak = 1.f;
     for (int n = 0; n < 80; ++n) {
       const ControlRecord r = h.step(textured(1000 + n, 15, 35));
@@ -557,7 +521,7 @@ TEST(RoiFollow, TracksAMovingSquareWithinBounds) {
   spec.roi_follow.smoothing = 0.4;
   spec.roi_follow.dead_band = 0.01;
   spec.roi_follow.bounds = {0.1, 0.1, 0.8, 0.8, true};   // x 32..288, y 18..162
-  Harness h(pipeline({window_output("win", pixels(128, 58, 64, 64))}, spec));
+  Harness h(test::control_pipeline("test", {window_output("win", pixels(128, 58, 64, 64))}, spec));
   const test::HostImage background = textured(7, 40, 90);
   for (int n = 0; n < 110; ++n) {
     const int cx = 60 + 3 * n, cy = 90 + static_cast<int>(std::lround(40 * std::sin(n / 10.0)));
@@ -607,7 +571,7 @@ TEST(Health, FrozenRaisesAfterTheHoldTimeAndClears) {
   ControlSpec spec = health_spec(2);
   spec.health.frozen_after = std::chrono::milliseconds(1000);
   spec.health.clear_after = std::chrono::milliseconds(200);
-  Harness h(pipeline({gray_output("out")}, spec));
+  Harness h(test::control_pipeline("test", {gray_output("out")}, spec));
   const test::HostImage still = textured(20, 30, 200);
   ControlRecord r{};
   for (int n = 0; n < 100; ++n) {
@@ -625,7 +589,7 @@ TEST(Health, BlackOverexposedAndTheirCutsWithHysteresis) {
   ControlSpec spec = health_spec(1);
   spec.health.raise_after = std::chrono::milliseconds(120);
   spec.health.clear_after = std::chrono::milliseconds(200);
-  Harness h(pipeline({gray_output("out")}, spec));
+  Harness h(test::control_pipeline("test", {gray_output("out")}, spec));
   ControlRecord r{};
   for (int n = 0; n < 110; ++n) {
     const bool black = n >= 30 && n < 50, white = n >= 70 && n < 90;
@@ -645,7 +609,7 @@ TEST(Health, BlackOverexposedAndTheirCutsWithHysteresis) {
 TEST(Health, SceneChangeOnceAtTheCut) {
   ControlSpec spec = health_spec(3);
   spec.health.clear_after = std::chrono::milliseconds(400);   // 10 frames
-  Harness h(pipeline({gray_output("out")}, spec));
+  Harness h(test::control_pipeline("test", {gray_output("out")}, spec));
   ControlRecord r{};
   for (int n = 0; n < 80; ++n) {
     r = h.step(n < 40 ? textured(uint32_t(n), 20, 120) : textured(uint32_t(n), 120, 250));
@@ -663,7 +627,7 @@ TEST(Health, NoFalseAlarmOnNormalMotion) {
   ControlSpec spec = health_spec(1);
   spec.health.frozen_after = std::chrono::milliseconds(1000);
   spec.health.raise_after = std::chrono::milliseconds(0);
-  Harness square(pipeline({gray_output("out")}, spec)), noise(pipeline({gray_output("out")}, spec));
+  Harness square(test::control_pipeline("test", {gray_output("out")}, spec)), noise(test::control_pipeline("test", {gray_output("out")}, spec));
   const test::HostImage background = textured(3, 40, 160);
   for (int n = 0; n < 120; ++n) {
     test::HostImage img = background;
@@ -733,8 +697,8 @@ TEST(CpuExecutorControl, StatisticsAloneChangeNoOutput) {
 }
 
 TEST(CpuExecutorControl, BatchEqualsFramesOneAtATime) {
-  const PipelineSpec spec = pipeline({gray_output("out", pixels(0, 0, 200, 100))}, with_auto_gain(2));
-  const FrameInfo frame = rgb_frame();
+  const PipelineSpec spec = test::control_pipeline("test", {gray_output("out", pixels(0, 0, 200, 100))}, with_auto_gain(2));
+  const FrameInfo frame = test::control_frame_info();
   const auto plans = make_output_plans(spec, frame);
   const auto params = control::make_control_params(spec.control, frame, plans, kFps, kContext);
   std::vector<test::HostImage> imgs;
@@ -813,20 +777,20 @@ TEST(ControlPlan, RejectsBadParameters) {
     spec.roi_follow.enabled = true;
     spec.roi_follow.output = "win";
     spec.health.enabled = true;
-    PipelineSpec p = pipeline({gray_output("out"), gray_output("win", pixels(100, 40, 64, 64))}, spec);
+    PipelineSpec p = test::control_pipeline("test", {gray_output("out"), gray_output("win", pixels(100, 40, 64, 64))}, spec);
     c.edit(p);
-    const auto plans = make_output_plans(p, rgb_frame());
+    const auto plans = make_output_plans(p, test::control_frame_info());
     try {
-      control::make_control_params(p.control, rgb_frame(), plans, kFps, kContext);
+      control::make_control_params(p.control, test::control_frame_info(), plans, kFps, kContext);
       ADD_FAILURE() << c.name << ": accepted";
     } catch (const ConfigError& e) {
       EXPECT_EQ(std::string(e.what()), kContext + ": " + c.message) << c.name;
     }
   }
-  const PipelineSpec ok = pipeline({gray_output("out")}, ControlSpec{});
-  const auto plans = make_output_plans(ok, rgb_frame());
-  EXPECT_THROW(control::make_control_params(ok.control, rgb_frame(), plans, 0, kContext), ConfigError);
-  EXPECT_NO_THROW(control::make_control_params(ok.control, rgb_frame(), plans, kFps, kContext));
+  const PipelineSpec ok = test::control_pipeline("test", {gray_output("out")}, ControlSpec{});
+  const auto plans = make_output_plans(ok, test::control_frame_info());
+  EXPECT_THROW(control::make_control_params(ok.control, test::control_frame_info(), plans, 0, kContext), ConfigError);
+  EXPECT_NO_THROW(control::make_control_params(ok.control, test::control_frame_info(), plans, kFps, kContext));
 }
 
 TEST(ControlPlan, ConvertsDurationsAndFractions) {
@@ -838,9 +802,9 @@ TEST(ControlPlan, ConvertsDurationsAndFractions) {
   spec.roi_follow.output = "win";
   spec.roi_follow.dead_band = 0.05;
   spec.roi_follow.bounds = {0.25, 0.5, 0.5, 0.5, true};
-  const PipelineSpec p = pipeline({gray_output("win", pixels(100, 20, 64, 64))}, spec);
-  const auto plans = make_output_plans(p, rgb_frame());
-  const control::ControlParams c = control::make_control_params(p.control, rgb_frame(), plans, 30, kContext);
+  const PipelineSpec p = test::control_pipeline("test", {gray_output("win", pixels(100, 20, 64, 64))}, spec);
+  const auto plans = make_output_plans(p, test::control_frame_info());
+  const control::ControlParams c = control::make_control_params(p.control, test::control_frame_info(), plans, 30, kContext);
   EXPECT_EQ(c.delay, 3);
   EXPECT_EQ(c.depth, 4);
   EXPECT_EQ(c.health.raise_frames[Health::kFrozen], 75);
