@@ -42,15 +42,16 @@ void ParallelFor::work(std::unique_lock<std::mutex>& lock, int worker) {
   while (next_ < end_) {
     const int64_t i = next_++;
     lock.unlock();
-    (*fn_)(i, worker);
+    call_(fn_, i, worker);
     lock.lock();
   }
   if (--busy_ == 0) done_cv_.notify_all();
 }
 
-void ParallelFor::run(int64_t n, const std::function<void(int64_t, int)>& fn) {
+void ParallelFor::run_erased(int64_t n, void* fn, Call call) {
   std::unique_lock lock(mu_);
-  fn_ = &fn;
+  fn_ = fn;
+  call_ = call;
   next_ = 0;
   end_ = n;
   ++generation_;

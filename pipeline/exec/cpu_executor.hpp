@@ -10,7 +10,7 @@
 //! plus the hidden thumbnail's, then the statistics step.
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
+#include <type_traits>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -31,14 +31,21 @@ class ParallelFor {
   ParallelFor& operator=(const ParallelFor&) = delete;
 
   int threads() const { return static_cast<int>(workers_.size()) + 1; }
-  void run(int64_t n, const std::function<void(int64_t, int)>& fn);
+  //! `fn` is called by reference (no copy, no allocation) and must outlive the call.
+  template <class Fn>
+  void run(int64_t n, Fn&& fn) {
+    run_erased(n, &fn, [](void* f, int64_t i, int worker) { (*static_cast<std::remove_reference_t<Fn>*>(f))(i, worker); });
+  }
 
  private:
+  using Call = void (*)(void*, int64_t, int);
+  void run_erased(int64_t n, void* fn, Call call);
   void work(std::unique_lock<std::mutex>& lock, int worker);
   std::vector<std::jthread> workers_;
   std::mutex mu_;
   std::condition_variable cv_, done_cv_;
-  const std::function<void(int64_t, int)>* fn_ = nullptr;
+  void* fn_ = nullptr;
+  Call call_ = nullptr;
   int64_t next_ = 0, end_ = 0, busy_ = 0;
   uint64_t generation_ = 0;
   bool stop_ = false;
