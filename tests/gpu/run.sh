@@ -59,7 +59,7 @@ if ((failed == 0)); then
   logged ctest ctest --test-dir "$BUILD_DIR" -L gpu --output-on-failure -V
   ctest_rc=$?
   skipped=$(grep -E '^\s+[0-9]+ - [a-z_]+ \(Skipped\)' "$LANE_LOG" | awk '{print $3}' | tr '\n' ' ')
-  line=$(grep -E 'tests passed, [0-9]+ tests failed' "$LANE_LOG" | tail -1)
+  line=$(grep -E '% tests passed' "$LANE_LOG" | tail -1)
   if ((ctest_rc != 0)); then
     record "ctest -L gpu" FAIL "$line"
   elif [[ $skipped == *"gpu_tests "* ]]; then
