@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <ctime>
 #include <set>
 #include <tuple>
@@ -242,13 +243,21 @@ DaemonSnapshot App::daemon() {
   d.version = kVersion;
   d.uptime_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   d.ready = ready();
-  std::lock_guard lock(mu_);
-  d.device = to_string(config_->device);
-  d.reloads_ok = reloads_ok_;
-  d.reloads_failed = reloads_failed_;
-  d.last_reload_unix_s = last_reload_unix_s_;
-  d.last_reload_ok = last_reload_ok_;
-  d.config_path = config_->path;
+  std::vector<int32_t> cuda;   // each CUDA device a running pipeline uses, once
+  {
+    std::lock_guard lock(mu_);
+    d.device = to_string(config_->device);
+    d.reloads_ok = reloads_ok_;
+    d.reloads_failed = reloads_failed_;
+    d.last_reload_unix_s = last_reload_unix_s_;
+    d.last_reload_ok = last_reload_ok_;
+    d.config_path = config_->path;
+    for (const auto& [name, r] : runners_)
+      if (r->device().kind == DeviceKind::Cuda) cuda.push_back(r->device().index);
+  }
+  std::sort(cuda.begin(), cuda.end());
+  cuda.erase(std::unique(cuda.begin(), cuda.end()), cuda.end());
+  d.gpus = gpu_memory(cuda);
   return d;
 }
 
@@ -260,6 +269,7 @@ std::vector<PipelineSnapshot> App::pipelines() {
     s.name = name;
     s.device = to_string(r->device());
     s.source = redact_uri(r->spec().source.uri);
+    for (const auto& o : r->spec().outputs) s.outputs.push_back(o.name);
     out.push_back(std::move(s));
   }
   return out;
@@ -270,6 +280,13 @@ std::optional<DecodedFrame> App::latest_frame(const std::string& pipeline) {
   const auto it = runners_.find(pipeline);
   if (it == runners_.end()) return std::nullopt;
   return it->second->latest_frame();
+}
+
+std::optional<PipelineSpec> App::pipeline_spec(const std::string& pipeline) {
+  std::lock_guard lock(mu_);
+  const auto it = runners_.find(pipeline);
+  if (it == runners_.end()) return std::nullopt;
+  return it->second->spec();
 }
 
 }  // namespace framefuse::daemon

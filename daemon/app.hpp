@@ -42,6 +42,7 @@ class App final : public StatusSource {
   DaemonSnapshot daemon() override;
   std::vector<PipelineSnapshot> pipelines() override;
   std::optional<DecodedFrame> latest_frame(const std::string& pipeline) override;
+  std::optional<PipelineSpec> pipeline_spec(const std::string& pipeline) override;
   //! Bound HTTP port (0 when HTTP is off).
   uint16_t http_port() const;
 

@@ -25,6 +25,10 @@ table { border-collapse: collapse; margin-bottom: .5em; }
 td { padding: .1em .8em .1em 0; }
 td:first-child { color: #666; }
 img { max-width: 640px; display: block; background: #222; }
+.outputs { display: flex; flex-wrap: wrap; gap: .5em; margin-top: .5em; }
+.outputs figure { margin: 0; }
+.outputs img { max-width: 320px; max-height: 320px; }
+.outputs figcaption { font-size: .8em; color: #666; }
 .note, .error { font-size: .9em; color: #777; }
 .error { color: #a33; }
 </style>
@@ -51,12 +55,32 @@ function card(name) {
   const h = el("h2", "", root);
   h.textContent = name;
   const c = { root, state: el("span", "state", h), table: el("table", "", root), error: el("div", "error", root),
-              img: el("img", "", root), note: el("div", "note", root) };
+              img: el("img", "", root), note: el("div", "note", root), outputs: el("div", "outputs", root),
+              views: new Map() };
   c.img.alt = "preview of " + name;
   c.img.onload = () => { c.img.style.display = "block"; c.note.textContent = ""; };
   c.img.onerror = () => { c.img.style.display = "none"; c.note.textContent = "no preview available"; };
   cards.set(name, c);
   return c;
+}
+
+// One de-normalized tensor view per output, captioned with the output's name.
+function views(c, p) {
+  const seen = new Set(p.outputs);
+  for (const [name, v] of c.views) {
+    if (!seen.has(name)) { v.remove(); c.views.delete(name); }
+  }
+  for (const name of p.outputs) {
+    if (!c.views.has(name)) {
+      const f = el("figure", "", c.outputs);
+      const img = el("img", "", f);
+      img.alt = "output " + name;
+      el("figcaption", "", f).textContent = name;
+      c.views.set(name, f);
+    }
+    c.views.get(name).firstChild.src = "/preview/" + encodeURIComponent(p.name) + "/" + encodeURIComponent(name) +
+      ".jpg?t=" + Date.now();
+  }
 }
 
 function rows(table, pairs) {
@@ -73,7 +97,8 @@ function render(s) {
   document.getElementById("daemon").textContent =
     (s.ready ? "ready" : "not ready") + " \u00b7 device " + s.device + " \u00b7 up " + num(s.uptime_s, 0) +
     " s \u00b7 config " + s.config.path + " (reloads " + s.config.reloads_ok + " ok, " + s.config.reloads_failed +
-    " failed)";
+    " failed)" + s.gpus.map(g => " \u00b7 " + g.device + " " + num(g.used_bytes / 2 ** 30, 1) + " / " +
+    num(g.total_bytes / 2 ** 30, 1) + " GiB");
   const seen = new Set();
   for (const p of s.pipelines) {
     seen.add(p.name);
@@ -85,10 +110,13 @@ function render(s) {
                    ["fps", num(p.fps, 1)], ["decoded / processed", p.frames_decoded + " / " + p.frames_processed],
                    ["dropped", dropped], ["decode errors", String(p.decode_errors)],
                    ["reconnects", String(p.reconnects)], ["queue depth", String(p.queue_depth)],
+                   ["decoder", (p.decoder || "\u2013") + (p.nvdec_fallbacks ? " (" + p.nvdec_fallbacks + " NVDEC fallbacks)" : "")],
+                   ["frame pool", p.pool.in_use + " / " + p.pool.capacity],
                    ["last frame age", p.last_frame_age_s === null ? "\u2013" : num(p.last_frame_age_s, 2) + " s"],
                    ["mean latency", p.latency.mean_s === null ? "\u2013" : num(p.latency.mean_s * 1000, 2) + " ms"]]);
     c.error.textContent = p.last_error;
-    c.img.src = "/preview/" + encodeURIComponent(p.name) + ".jpg?t=" + Date.now();
+    c.img.src = "/preview/" + encodeURIComponent(p.name) + ".jpg?boxes=1&t=" + Date.now();
+    views(c, p);
   }
   for (const [name, c] of cards) {
     if (!seen.has(name)) { c.root.remove(); cards.delete(name); }

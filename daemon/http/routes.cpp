@@ -1,5 +1,7 @@
 #include "daemon/http/routes.hpp"
 
+#include <algorithm>
+#include <array>
 #include <optional>
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
@@ -7,6 +9,7 @@
 #include "daemon/http/index_page.hpp"
 #include "daemon/metrics/prometheus.hpp"
 #include "daemon/metrics/status_json.hpp"
+#include "pipeline/fused/plan.hpp"
 #include "pipeline/preview/jpeg_encoder.hpp"
 #include "pipeline/util/redact.hpp"
 
@@ -43,6 +46,24 @@ std::optional<std::string> decode_path(std::string_view target) {
   return out;
 }
 
+//! Whether the query of `target` has `key=1`.
+bool query_flag(std::string_view target, std::string_view key) {
+  const size_t q = target.find('?');
+  if (q == std::string_view::npos) return false;
+  std::string_view query = target.substr(q + 1);
+  query = query.substr(0, query.find('#'));
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    const std::string_view param = query.substr(0, amp);
+    if (param.size() == key.size() + 2 && param.starts_with(key) && param.substr(key.size()) == "=1") return true;
+    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+  }
+  return false;
+}
+
+//! Outline colours of the outputs' crop windows, by output index.
+constexpr std::array<std::array<uint8_t, 3>, 4> kBoxColours = {{{255, 64, 64}, {64, 230, 64}, {64, 160, 255}, {255, 220, 0}}};
+
 }  // namespace
 
 bool Router::is_slow(std::string_view target) { return target.starts_with(kPreviewPrefix); }
@@ -56,7 +77,7 @@ HttpResponse Router::handle(std::string_view method, std::string_view target) co
   const auto path = decode_path(target);
   if (!path) return text(400, "bad percent-encoding in the request target\n");
   try {
-    return route(*path);
+    return route(*path, query_flag(target, "boxes"));
   } catch (const std::exception& e) {
     const std::string what = redact_uri(e.what());
     spdlog::warn("http: {} failed: {}", redact_uri(*path), what);
@@ -64,7 +85,7 @@ HttpResponse Router::handle(std::string_view method, std::string_view target) co
   }
 }
 
-HttpResponse Router::route(std::string_view path) const {
+HttpResponse Router::route(std::string_view path, bool boxes) const {
   if (path == "/metrics") {
     const DaemonSnapshot d = source_.daemon();
     const auto pipelines = source_.pipelines();
@@ -80,10 +101,15 @@ HttpResponse Router::route(std::string_view path) const {
   if (path == "/") return {200, "text/html; charset=utf-8", std::string(index_page_html()), {}};
   if (path.starts_with(kPreviewPrefix) && path.ends_with(kPreviewSuffix) &&
       path.size() > kPreviewPrefix.size() + kPreviewSuffix.size()) {
-    return preview(std::string(path.substr(kPreviewPrefix.size(),
-                                           path.size() - kPreviewPrefix.size() - kPreviewSuffix.size())));
+    const std::string_view name =
+        path.substr(kPreviewPrefix.size(), path.size() - kPreviewPrefix.size() - kPreviewSuffix.size());
+    const size_t slash = name.find('/');   // pipeline names have none
+    if (slash == std::string_view::npos) return preview(std::string(name), boxes);
+    if (slash > 0 && slash + 1 < name.size())
+      return preview(std::string(name.substr(0, slash)), boxes, std::string(name.substr(slash + 1)));
   }
-  return text(404, "not found; try /, /metrics, /status, /livez, /readyz or /preview/<pipeline>.jpg\n");
+  return text(404, "not found; try /, /metrics, /status, /livez, /readyz, /preview/<pipeline>.jpg or "
+                   "/preview/<pipeline>/<output>.jpg\n");
 }
 
 HttpResponse Router::readyz() const {
@@ -98,10 +124,16 @@ HttpResponse Router::readyz() const {
   return r;
 }
 
-HttpResponse Router::preview(const std::string& pipeline) const {
-  bool known = false;
-  for (const auto& p : source_.pipelines()) known = known || p.name == pipeline;
-  if (!known) return text(404, fmt::format("no pipeline named '{}'\n", pipeline));
+HttpResponse Router::preview(const std::string& pipeline, bool boxes, const std::optional<std::string>& output) const {
+  const auto spec = source_.pipeline_spec(pipeline);
+  if (!spec) return text(404, fmt::format("no pipeline named '{}'\n", pipeline));
+  const OutputSpec* out = nullptr;
+  if (output) {
+    const auto it = std::find_if(spec->outputs.begin(), spec->outputs.end(), [&](const auto& o) { return o.name == *output; });
+    if (it == spec->outputs.end())
+      return text(404, fmt::format("pipeline '{}' has no output named '{}'\n", pipeline, *output));
+    out = &*it;
+  }
   if (!jpeg_encoder_available()) return text(501, "previews unavailable: this FFmpeg has no mjpeg encoder\n");
   const auto frame = source_.latest_frame(pipeline);
   if (!frame) {
@@ -109,7 +141,21 @@ HttpResponse Router::preview(const std::string& pipeline) const {
     r.headers.emplace_back("Retry-After", "1");
     return r;
   }
-  const std::vector<uint8_t> jpeg = encode_jpeg(preview_rgb(*frame, kPreviewMaxWidth));
+  RgbImage image;
+  if (out) {
+    image = output_preview_rgb(*frame, *out, spec->color);
+  } else {
+    image = preview_rgb(*frame, kPreviewMaxWidth);
+    if (boxes) {
+      const auto plans = make_output_plans(*spec, frame->info);
+      for (size_t k = 0; k < plans.size(); ++k) {
+        const auto& r = plans[k].params.resize;
+        draw_rect(image, frame->info.width, frame->info.height, r.x0, r.y0, r.src_w, r.src_h,
+                  kBoxColours[k % kBoxColours.size()]);
+      }
+    }
+  }
+  const std::vector<uint8_t> jpeg = encode_jpeg(image);
   return {200, "image/jpeg", std::string(jpeg.begin(), jpeg.end()), {}};
 }
 

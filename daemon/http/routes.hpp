@@ -2,6 +2,7 @@
 //! The HTTP routes, apart from any transport: a request line in, a complete response out. The
 //! server (http_server.cpp) owns sockets, limits and keep-alive; HEAD is answered here as GET and
 //! the server drops the body.
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -25,8 +26,10 @@ class Router {
  public:
   explicit Router(StatusSource& source) : source_(source) {}
 
-  //! GET/HEAD /, /metrics, /livez, /readyz, /status, /preview/<pipeline>.jpg; 404 elsewhere, 405
-  //! for other methods, 500 (message redacted) when the daemon throws. Thread-safe.
+  //! GET/HEAD /, /metrics, /livez, /readyz, /status, /preview/<pipeline>.jpg (`?boxes=1`: the
+  //! outputs' crop windows outlined), /preview/<pipeline>/<output>.jpg (what the output's tensor
+  //! shows, de-normalized); 404 elsewhere, 405 for other methods, 500 (message redacted) when the
+  //! daemon throws. Thread-safe.
   HttpResponse handle(std::string_view method, std::string_view target) const;
 
   //! True for targets whose answer costs milliseconds of CPU (JPEG previews): keep them off the
@@ -34,9 +37,10 @@ class Router {
   static bool is_slow(std::string_view target);
 
  private:
-  HttpResponse route(std::string_view path) const;
+  HttpResponse route(std::string_view path, bool boxes) const;
   HttpResponse readyz() const;
-  HttpResponse preview(const std::string& pipeline) const;
+  //! The frame preview, or with `output` that output's view; 404 for an unknown pipeline or output.
+  HttpResponse preview(const std::string& pipeline, bool boxes, const std::optional<std::string>& output = {}) const;
 
   StatusSource& source_;
 };

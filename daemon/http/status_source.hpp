@@ -3,11 +3,14 @@
 //! App; every method is called from HTTP threads concurrently with the daemon's own work.
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "pipeline/decode/decoded_frame.hpp"
+#include "pipeline/exec/device.hpp"
 #include "pipeline/runtime/pipeline_stats.hpp"
+#include "pipeline/spec.hpp"
 
 namespace framefuse::daemon {
 
@@ -20,7 +23,15 @@ struct DaemonSnapshot {
   double last_reload_unix_s = 0;      //!< wall-clock time of the last (re)load attempt
   bool last_reload_ok = true;
   std::string config_path;
+  std::vector<GpuMemory> gpus;        //!< CUDA devices the pipelines run on; empty on CPU-only hosts
 };
+
+//! Pipelines currently decoding with NVDEC (each holds one NVDEC session).
+inline uint64_t nvdec_sessions(std::span<const PipelineSnapshot> pipelines) {
+  uint64_t n = 0;
+  for (const auto& p : pipelines) n += p.decoder == "nvdec";
+  return n;
+}
 
 //! All methods are thread-safe.
 class StatusSource {
@@ -30,6 +41,8 @@ class StatusSource {
   virtual std::vector<PipelineSnapshot> pipelines() = 0;
   //! nullopt: unknown pipeline or no frame decoded yet.
   virtual std::optional<DecodedFrame> latest_frame(const std::string& pipeline) = 0;
+  //! The running spec of a pipeline (outputs for per-output previews); nullopt: unknown pipeline.
+  virtual std::optional<PipelineSpec> pipeline_spec(const std::string& pipeline) = 0;
 };
 
 }  // namespace framefuse::daemon

@@ -111,6 +111,19 @@ void render_control(Exposition& e, std::span<const PipelineSnapshot> pipelines) 
                 [](const ControlSnapshot& c, size_t i) { return c.health_events[i]; });
 }
 
+//! Memory of the CUDA devices in use; the families appear only when there are some.
+void render_gpus(Exposition& e, std::span<const GpuMemory> gpus) {
+  if (gpus.empty()) return;
+  const auto per_gpu = [&](const char* name, const char* help, auto value) {
+    e.family(name, "gauge", help);
+    for (const auto& g : gpus) e.sample(name, {{"device", fmt::format("cuda:{}", g.device)}}, value(g));
+  };
+  per_gpu("framefuse_gpu_memory_used_bytes", "Device memory in use (all processes), bytes.",
+          [](const GpuMemory& g) { return g.used_bytes; });
+  per_gpu("framefuse_gpu_memory_total_bytes", "Device memory in all, bytes.",
+          [](const GpuMemory& g) { return g.total_bytes; });
+}
+
 }  // namespace
 
 std::string render_metrics(const DaemonSnapshot& d, std::span<const PipelineSnapshot> pipelines) {
@@ -166,6 +179,19 @@ std::string render_metrics(const DaemonSnapshot& d, std::span<const PipelineSnap
 
   per_pipeline("framefuse_frames_per_second", "gauge", "Processed frames per second over the last interval.",
                [](const PipelineSnapshot& p) { return p.fps; });
+  per_pipeline("framefuse_pool_frames_in_use", "gauge", "Decode frame pool slots currently leased.",
+               [](const PipelineSnapshot& p) { return p.pool_in_use; });
+  per_pipeline("framefuse_pool_frames", "gauge", "Decode frame pool slots at most (capacity).",
+               [](const PipelineSnapshot& p) { return p.pool_capacity; });
+  per_pipeline("framefuse_nvdec_fallbacks_total", "counter", "Times `decoder: auto` gave NVDEC up for software decoding.",
+               [](const PipelineSnapshot& p) { return p.nvdec_fallbacks; });
+  e.family("framefuse_decoder", "gauge", "Decoder in use: 1 for the current one, 0 for the other (both 0 before the source opened).");
+  for (const auto& p : pipelines)
+    for (const char* kind : {"nvdec", "cpu"})
+      e.sample("framefuse_decoder", {{"pipeline", p.name}, {"decoder", kind}}, uint64_t{p.decoder == kind});
+  e.family("framefuse_nvdec_sessions", "gauge", "Pipelines currently decoding with NVDEC.");
+  e.sample("framefuse_nvdec_sessions", {}, nvdec_sessions(pipelines));
+  render_gpus(e, d.gpus);
   render_histogram(e, pipelines);
   render_control(e, pipelines);
   return e.take();

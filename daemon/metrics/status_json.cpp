@@ -50,6 +50,11 @@ void append_pipeline(std::string& out, const PipelineSnapshot& p) {
                  p.last_frame_age_s < 0 ? "null" : json_number(p.last_frame_age_s), json_number(p.fps));
   fmt::format_to(o, R"("latency":{{"count":{},"sum_s":{},"mean_s":{}}},)", count, json_number(p.latency_sum_s),
                  count ? json_number(p.latency_sum_s / double(count)) : "null");
+  fmt::format_to(o, R"("pool":{{"in_use":{},"capacity":{}}},"decoder":{},"nvdec_fallbacks":{},)", p.pool_in_use,
+                 p.pool_capacity, p.decoder.empty() ? "null" : json_string(p.decoder), p.nvdec_fallbacks);
+  out += R"("outputs":[)";
+  for (size_t k = 0; k < p.outputs.size(); ++k) fmt::format_to(o, "{}{}", k ? "," : "", json_string(p.outputs[k]));
+  out += "],";
   fmt::format_to(o, R"("frame":{},"last_error":{},)", json_string(p.frame), json_string(redact_uri(p.last_error)));
   append_control(out, p.control);
   out += '}';
@@ -64,7 +69,11 @@ std::string render_status_json(const DaemonSnapshot& d, std::span<const Pipeline
                  json_number(d.uptime_s), d.ready, json_string(d.device));
   fmt::format_to(o, R"("config":{{"path":{},"reloads_ok":{},"reloads_failed":{},"last_reload_unix_s":{},)",
                  json_string(d.config_path), d.reloads_ok, d.reloads_failed, json_number(d.last_reload_unix_s));
-  fmt::format_to(o, R"("last_reload_ok":{}}},"pipelines":[)", d.last_reload_ok);
+  fmt::format_to(o, R"("last_reload_ok":{}}},"gpus":[)", d.last_reload_ok);
+  for (size_t i = 0; i < d.gpus.size(); ++i)
+    fmt::format_to(o, R"({}{{"device":"cuda:{}","used_bytes":{},"total_bytes":{}}})", i ? "," : "", d.gpus[i].device,
+                   d.gpus[i].used_bytes, d.gpus[i].total_bytes);
+  fmt::format_to(o, R"(],"nvdec_sessions":{},"pipelines":[)", nvdec_sessions(pipelines));
   for (size_t i = 0; i < pipelines.size(); ++i) {
     if (i) out += ',';
     append_pipeline(out, pipelines[i]);

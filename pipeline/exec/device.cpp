@@ -29,6 +29,29 @@ CudaProbe probe_cuda() {
 #endif
 }
 
+std::vector<GpuMemory> gpu_memory(std::span<const int32_t> devices) {
+  std::vector<GpuMemory> out;
+#if FRAMEFUSE_HAVE_CUDA
+  int previous = 0;
+  if (devices.empty() || cudaGetDevice(&previous) != cudaSuccess) {
+    cudaGetLastError();
+    return out;
+  }
+  for (const int32_t d : devices) {
+    size_t free = 0, total = 0;
+    if (cudaSetDevice(d) != cudaSuccess || cudaMemGetInfo(&free, &total) != cudaSuccess) {
+      cudaGetLastError();
+      continue;
+    }
+    out.push_back({d, static_cast<uint64_t>(total - free), static_cast<uint64_t>(total)});
+  }
+  cudaSetDevice(previous);
+#else
+  (void)devices;
+#endif
+  return out;
+}
+
 DeviceSpec resolve_device(const DeviceSpec& want, const CudaProbe& probe) {
   switch (want.kind) {
     case DeviceKind::Cpu: return want;

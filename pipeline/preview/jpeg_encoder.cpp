@@ -26,6 +26,27 @@ void check(int err, const char* what) {
   if (err < 0) throw MediaError(fmt::format("jpeg encoder: {} failed: {}", what, av_error(err)));
 }
 
+//! `frame` through the fused chain of `spec` (its geometry and channels) on one CPU thread, with
+//! u8 HWC storage and identity normalization; gray outputs are spread over the three channels.
+RgbImage pixels_of(const DecodedFrame& frame, OutputSpec spec, const ColorSpec& color) {
+  spec.scale = 1.f;
+  spec.mean = {0.f, 0.f, 0.f};
+  spec.std = {1.f, 1.f, 1.f};
+  spec.layout = ops::Layout::Hwc;
+  spec.dtype = ops::DType::U8;
+  const OutputPlan plan = make_output_plan(spec, frame.info, fmt::format("preview of output '{}'", spec.name));
+
+  const auto exec = make_cpu_executor(1);   // one thread: previews are small and run off the frame path
+  exec->setup(frame.info, make_color_params(color, frame.info), std::span(&plan, 1), 1);
+  RgbImage img{plan.width(), plan.height(), std::vector<uint8_t>(size_t(3) * plan.width() * plan.height())};
+  std::vector<uint8_t> gray(spec.channels == ChannelOrder::Gray ? plan.bytes_per_frame : 0);
+  std::byte* out = reinterpret_cast<std::byte*>(gray.empty() ? img.pixels.data() : gray.data());
+  const DecodedFrame host = to_host(frame);   // NVDEC frames are downloaded first
+  exec->process(std::span(&host.view, 1), std::span(&out, 1));
+  for (size_t i = 0; i < gray.size(); ++i) std::fill_n(img.pixels.begin() + 3 * i, 3, gray[i]);
+  return img;
+}
+
 }  // namespace
 
 RgbImage preview_rgb(const DecodedFrame& frame, int32_t max_width) {
@@ -39,20 +60,30 @@ RgbImage preview_rgb(const DecodedFrame& frame, int32_t max_width) {
   }
   spec.interp = ops::Interp::Area;
   spec.channels = ChannelOrder::Rgb;
-  spec.scale = 1.f;
-  spec.mean = {0.f, 0.f, 0.f};
-  spec.std = {1.f, 1.f, 1.f};
-  spec.layout = ops::Layout::Hwc;
-  spec.dtype = ops::DType::U8;
-  const OutputPlan plan = make_output_plan(spec, info, "preview");
+  return pixels_of(frame, spec, ColorSpec{});
+}
 
-  const auto exec = make_cpu_executor(1);   // one thread: previews are small and run off the frame path
-  exec->setup(info, make_color_params(ColorSpec{}, info), std::span(&plan, 1), 1);
-  RgbImage img{plan.width(), plan.height(), std::vector<uint8_t>(plan.bytes_per_frame)};
-  std::byte* out = reinterpret_cast<std::byte*>(img.pixels.data());
-  const DecodedFrame host = to_host(frame);   // NVDEC frames are downloaded first
-  exec->process(std::span(&host.view, 1), std::span(&out, 1));
-  return img;
+RgbImage output_preview_rgb(const DecodedFrame& frame, const OutputSpec& output, const ColorSpec& color) {
+  OutputSpec spec = output;   // same geometry and channels; only the value mapping is undone
+  if (spec.channels == ChannelOrder::Bgr) spec.channels = ChannelOrder::Rgb;
+  return pixels_of(frame, spec, color);
+}
+
+void draw_rect(RgbImage& image, int32_t frame_w, int32_t frame_h, int32_t x, int32_t y, int32_t w, int32_t h,
+               std::array<uint8_t, 3> colour, int32_t thickness) {
+  if (frame_w < 1 || frame_h < 1 || w < 1 || h < 1 || thickness < 1) return;
+  const double sx = double(image.width) / frame_w, sy = double(image.height) / frame_h;
+  const auto x0 = int32_t(std::floor(x * sx)), y0 = int32_t(std::floor(y * sy));
+  const int32_t x1 = std::max(x0 + 1, int32_t(std::ceil((x + w) * sx))), y1 = std::max(y0 + 1, int32_t(std::ceil((y + h) * sy)));
+  const auto fill = [&](int32_t ax, int32_t ay, int32_t bx, int32_t by) {   // [ax, bx) x [ay, by), clipped
+    for (int32_t py = std::max(ay, 0); py < std::min(by, image.height); ++py)
+      for (int32_t px = std::max(ax, 0); px < std::min(bx, image.width); ++px)
+        std::copy(colour.begin(), colour.end(), image.pixels.begin() + (size_t(py) * image.width + px) * 3);
+  };
+  fill(x0, y0, x1, y0 + thickness);   // top
+  fill(x0, y1 - thickness, x1, y1);   // bottom
+  fill(x0, y0, x0 + thickness, y1);   // left
+  fill(x1 - thickness, y0, x1, y1);   // right
 }
 
 bool jpeg_encoder_available() { return avcodec_find_encoder(AV_CODEC_ID_MJPEG) != nullptr; }

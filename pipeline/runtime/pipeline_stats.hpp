@@ -60,6 +60,7 @@ struct PipelineSnapshot {
   std::string frame;                  //!< "1920x1080 yuv420p bt709/limited", empty before the first
   std::string last_error;             //!< redacted
   std::optional<ControlSnapshot> control;   //!< set once a control iteration completed
+  std::vector<std::string> outputs;   //!< output names, in spec order (set by the owner of the spec)
 };
 
 //! steady_clock now, in ns since its epoch (the clock of last_frame_ns).

@@ -394,6 +394,9 @@ class HttpLiveTest(unittest.TestCase):
             if name == "cam":
                 self.assert_matches_a_frame(body, (w, h), ref)
         self.assertEqual(preview_size(*WIDE), (640, 360))   # the rule really downscaled
+        status, headers, body = d.get("/preview/cam/o.jpg")   # output o's tensor, de-normalized: 16 x 16
+        self.assertEqual((status, headers["content-type"]), (200, "image/jpeg"), body[:200])
+        self.assertEqual(jpeg_size(body)[1:], (16, 16))
         status, headers, body = d.get("/preview/secretcam.jpg")
         self.assertEqual(status, 503, body)
         self.assertEqual(headers.get("retry-after"), "1")
@@ -459,7 +462,8 @@ class HttpLiveTest(unittest.TestCase):
         self.assertRegex(dom, r"<td>fps</td><td>\d+\.\d</td>")
         self.assertRegex(dom, r"<td>mean latency</td><td>\d+\.\d\d ms</td>")
         self.assertRegex(dom, r'<span class="state streaming">streaming</span>')
-        self.assertRegex(dom, r'<img alt="preview of cam" src="/preview/cam\.jpg\?t=\d+"')
+        self.assertRegex(dom, r'<img alt="preview of cam" src="/preview/cam\.jpg\?boxes=1&amp;t=\d+"')
+        self.assertRegex(dom, r'<img alt="output o" src="/preview/cam/o\.jpg\?t=\d+"')
 
     # --- SIGHUP -----------------------------------------------------------------------------------
 

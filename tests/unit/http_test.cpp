@@ -21,6 +21,7 @@
 #include <spdlog/fmt/fmt.h>
 #include <stdexcept>
 #include <thread>
+#include <tuple>
 
 extern "C" {
 #include <libavcodec/avcodec.h>
@@ -92,6 +93,31 @@ class FakeSource final : public StatusSource {
     gate.state = SourceState::Streaming;
     p_ = {lobby, dock, gate};
 
+    OutputSpec cls;   // a 448x448 pixel window at (100, 40), normalized float CHW
+    cls.name = "cls";
+    cls.crop = {100, 40, 448, 448, false};
+    cls.resize = {224, 224, 0};
+    cls.mean = {0.485f, 0.456f, 0.406f};
+    cls.std = {0.229f, 0.224f, 0.225f};
+    OutputSpec det;   // whole frame, letterboxed, BGR
+    det.name = "det";
+    det.resize = {320, 320, 0};
+    det.aspect = AspectMode::Letterbox;
+    det.channels = ChannelOrder::Bgr;
+    specs_["lobby"].outputs = {cls, det};
+    OutputSpec norm = cls;   // normalized like cls, on the whole frame
+    norm.name = "norm";
+    norm.crop = {};
+    norm.resize = {30, 20, 0};
+    OutputSpec mono;
+    mono.name = "mono";
+    mono.resize = {16, 16, 0};
+    mono.channels = ChannelOrder::Gray;
+    mono.dtype = ops::DType::F16;
+    specs_["gate"].outputs = {norm, mono};
+    specs_["dock \"b\""].outputs = {det};
+    for (auto& [name, spec] : specs_) spec.name = name;
+
     frames_["lobby"] = frame_of(std::make_shared<test::HostImage>(
         test::random_image(ops::PixelFormat::Yuv420p, 1280, 720, /*seed=*/17)));
     frames_["gate"] = frame_of(flat_yuv420p(300, 200, 120, 100, 150));
@@ -111,6 +137,12 @@ class FakeSource final : public StatusSource {
     if (it == frames_.end()) return std::nullopt;
     return it->second;
   }
+  std::optional<PipelineSpec> pipeline_spec(const std::string& pipeline) override {
+    std::lock_guard lock(mu_);
+    const auto it = specs_.find(pipeline);
+    if (it == specs_.end()) return std::nullopt;
+    return it->second;
+  }
   void set_ready(bool ready) {
     std::lock_guard lock(mu_);
     d_.ready = ready;
@@ -121,6 +153,7 @@ class FakeSource final : public StatusSource {
   DaemonSnapshot d_;
   std::vector<PipelineSnapshot> p_;
   std::map<std::string, DecodedFrame> frames_;
+  std::map<std::string, PipelineSpec> specs_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -459,6 +492,8 @@ TEST_F(Http, IndexPageIsSelfContained) {
   EXPECT_NE(r.body.find("fetch(\"/status\""), std::string::npos);
   EXPECT_NE(r.body.find("setInterval(refresh, 2000)"), std::string::npos);
   EXPECT_NE(r.body.find("/preview/"), std::string::npos);
+  EXPECT_NE(r.body.find(".jpg?boxes=1"), std::string::npos);
+  EXPECT_NE(r.body.find("\"/\" + encodeURIComponent(name)"), std::string::npos);   // one view per output
   EXPECT_EQ(r.body.find("http://"), std::string::npos);
   EXPECT_EQ(r.body.find("https://"), std::string::npos);
   EXPECT_EQ(r.body.find("<link"), std::string::npos);
@@ -482,6 +517,12 @@ TEST_F(Http, PreviewIsAJpegOfTheLatestFrame) {
   EXPECT_GT(std::stoul(head.headers.at("content-length")), 0u);
 }
 
+//! RGB of gate's frame (Y=120 U=100 V=150, BT.601 limited range).
+std::array<double, 3> gate_rgb() {
+  const double yy = 1.164383 * (120 - 16);
+  return {yy + 1.596027 * 22, yy - 0.391762 * -28 - 0.812968 * 22, yy + 2.017232 * -28};
+}
+
 TEST_F(Http, PreviewShowsTheFrameColourAtItsOwnSize) {
   if (!jpeg_encoder_available()) GTEST_SKIP() << "this FFmpeg has no mjpeg encoder (the 501 path is tested above)";
   const Reply r = request(port_, "/preview/gate.jpg");
@@ -489,11 +530,81 @@ TEST_F(Http, PreviewShowsTheFrameColourAtItsOwnSize) {
   const DecodedJpeg img = decode_jpeg(r.body);
   ASSERT_EQ(img.width, 300);   // narrower than the preview width: unscaled
   ASSERT_EQ(img.height, 200);
-  // Y=120 U=100 V=150, BT.601 limited range.
-  const double yy = 1.164383 * (120 - 16);
-  const double want[3] = {yy + 1.596027 * 22, yy - 0.391762 * -28 - 0.812968 * 22, yy + 2.017232 * -28};
+  const auto want = gate_rgb();
   const size_t centre = (size_t(100) * 300 + 150) * 3;
   for (int c = 0; c < 3; ++c) EXPECT_NEAR(img.rgb[centre + c], want[c], 3.0) << "channel " << c;
+}
+
+TEST_F(Http, OutputPreviewHasTheTensorSize) {
+  if (!jpeg_encoder_available()) GTEST_SKIP() << "this FFmpeg has no mjpeg encoder (the 501 path is tested above)";
+  for (const auto& [target, w, h] : {std::tuple{"/preview/lobby/cls.jpg", 224, 224}, {"/preview/lobby/det.jpg", 320, 320},
+                                     {"/preview/gate/norm.jpg?t=5", 30, 20}, {"/preview/gate/mono.jpg", 16, 16}}) {
+    const Reply r = request(port_, target);
+    ASSERT_EQ(r.status, 200) << target << ": " << r.body;
+    EXPECT_EQ(r.headers.at("content-type"), "image/jpeg");
+    const DecodedJpeg img = decode_jpeg(r.body);
+    EXPECT_EQ(img.width, w) << target;
+    EXPECT_EQ(img.height, h) << target;
+  }
+}
+
+TEST_F(Http, OutputPreviewUndoesTheNormalization) {
+  if (!jpeg_encoder_available()) GTEST_SKIP() << "this FFmpeg has no mjpeg encoder (the 501 path is tested above)";
+  const auto want = gate_rgb();
+  // `norm` stores (p / 255 - mean) / std as float: its preview shows the frame's pixels again.
+  const DecodedJpeg norm = decode_jpeg(request(port_, "/preview/gate/norm.jpg").body);
+  ASSERT_EQ(norm.width, 30);
+  const size_t centre = (size_t(10) * 30 + 15) * 3;
+  for (int c = 0; c < 3; ++c) EXPECT_NEAR(norm.rgb[centre + c], want[c], 3.0) << "channel " << c;
+  // A gray output shows its luma in all three channels.
+  const DecodedJpeg mono = decode_jpeg(request(port_, "/preview/gate/mono.jpg").body);
+  ASSERT_EQ(mono.width, 16);
+  const double luma = 0.299 * want[0] + 0.587 * want[1] + 0.114 * want[2];
+  const size_t mid = (size_t(8) * 16 + 8) * 3;
+  for (int c = 0; c < 3; ++c) EXPECT_NEAR(mono.rgb[mid + c], luma, 3.0) << "channel " << c;
+}
+
+TEST_F(Http, BoxesOutlineTheOutputsCropWindows) {
+  if (!jpeg_encoder_available()) GTEST_SKIP() << "this FFmpeg has no mjpeg encoder (the 501 path is tested above)";
+  const DecodedJpeg plain = decode_jpeg(request(port_, "/preview/lobby.jpg").body);
+  const Reply r = request(port_, "/preview/lobby.jpg?t=1&boxes=1");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const DecodedJpeg boxed = decode_jpeg(r.body);
+  ASSERT_EQ(boxed.width, 640);
+  ASSERT_EQ(boxed.height, 360);
+  ASSERT_EQ(plain.width, 640);
+  const auto diff = [&](int x, int y) {
+    int d = 0;
+    for (int c = 0; c < 3; ++c) {
+      const size_t i = (size_t(y) * 640 + x) * 3 + c;
+      d += std::abs(int(plain.rgb[i]) - int(boxed.rgb[i]));
+    }
+    return d;
+  };
+  // cls's window (100, 40, 448, 448) on the half-size preview: x 50..273, y 20..243. The random
+  // frame is noise, so a 2-pixel line in a fixed colour changes the pixels along it a lot.
+  double top = 0, left = 0;
+  for (int x = 60; x < 260; ++x) top += diff(x, 20);
+  for (int y = 30; y < 230; ++y) left += diff(50, y);
+  EXPECT_GT(top / 200, 60.0);
+  EXPECT_GT(left / 200, 60.0);
+  // det covers the whole frame: its outline runs along the image border.
+  double border = 0;
+  for (int x = 300; x < 600; ++x) border += diff(x, 359);
+  EXPECT_GT(border / 300, 60.0);
+  // JPEG blocks (16x16 MCUs) that no line touches are encoded identically.
+  for (int x = 64; x < 272; ++x) EXPECT_EQ(diff(x, 130), 0) << x;
+}
+
+TEST_F(Http, OutputPreviewErrorsNameTheProblem) {
+  const Reply out = request(port_, "/preview/lobby/nope.jpg");
+  EXPECT_EQ(out.status, 404);
+  EXPECT_NE(out.body.find("no output named 'nope'"), std::string::npos) << out.body;
+  EXPECT_EQ(request(port_, "/preview/nope/cls.jpg").status, 404);
+  EXPECT_EQ(request(port_, "/preview/lobby/.jpg").status, 404);
+  EXPECT_EQ(request(port_, "/preview//cls.jpg").status, 404);
+  const Reply none = request(port_, "/preview/dock%20%22b%22/det.jpg");   // known output, no frame yet
+  EXPECT_EQ(none.status, jpeg_encoder_available() ? 503 : 501) << none.body;
 }
 
 TEST_F(Http, PreviewErrorsNameTheProblem) {

@@ -53,7 +53,18 @@ PipelineSnapshot known_pipeline(std::string name, uint64_t base) {
   p.fps = 29.97;
   for (size_t i = 0; i < p.latency_counts.size(); ++i) p.latency_counts[i] = base + 10 + i;   // never zero
   p.latency_sum_s = 1.75;
+  p.pool_in_use = int64_t(base) + 6;
+  p.pool_capacity = int64_t(base) + 16;
+  p.decoder = "cpu";
+  p.nvdec_fallbacks = base + 1;
+  p.outputs = {"cls", "det"};
   return p;
+}
+
+//! `d` with two CUDA devices' memory.
+DaemonSnapshot with_gpus(DaemonSnapshot d) {
+  d.gpus = {{0, 3'221'225'472ull, 150'754'820'096ull}, {2, 1'048'576, 85'899'345'920ull}};
+  return d;
 }
 
 //! `p` with a control snapshot: two outputs, black raised, events on two conditions.
@@ -149,6 +160,58 @@ TEST(Metrics, ControlSeriesHaveExactValues) {
   EXPECT_EQ(none.find("framefuse_health"), std::string::npos) << none;
 }
 
+TEST(Metrics, PoolDecoderAndGpuSeriesHaveExactValues) {
+  PipelineSnapshot ps[] = {known_pipeline("lobby", 0), known_pipeline("dock", 1000), known_pipeline("gate", 20),
+                           known_pipeline("yard", 30)};
+  ps[0].decoder = "nvdec";
+  ps[2].decoder = "";   // source not opened yet
+  ps[3].decoder = "nvdec";
+  const std::string m = render_metrics(with_gpus(known_daemon()), ps);
+  for (const char* line : {
+           R"(framefuse_pool_frames_in_use{pipeline="lobby"} 6)",
+           R"(framefuse_pool_frames_in_use{pipeline="dock"} 1006)",
+           R"(framefuse_pool_frames{pipeline="lobby"} 16)",
+           R"(framefuse_pool_frames{pipeline="dock"} 1016)",
+           R"(framefuse_nvdec_fallbacks_total{pipeline="lobby"} 1)",
+           R"(framefuse_nvdec_fallbacks_total{pipeline="dock"} 1001)",
+           R"(framefuse_decoder{pipeline="lobby",decoder="nvdec"} 1)",
+           R"(framefuse_decoder{pipeline="lobby",decoder="cpu"} 0)",
+           R"(framefuse_decoder{pipeline="dock",decoder="nvdec"} 0)",
+           R"(framefuse_decoder{pipeline="dock",decoder="cpu"} 1)",
+           R"(framefuse_decoder{pipeline="gate",decoder="nvdec"} 0)",
+           R"(framefuse_decoder{pipeline="gate",decoder="cpu"} 0)",
+           "framefuse_nvdec_sessions 2",
+           R"(framefuse_gpu_memory_used_bytes{device="cuda:0"} 3221225472)",
+           R"(framefuse_gpu_memory_total_bytes{device="cuda:0"} 150754820096)",
+           R"(framefuse_gpu_memory_used_bytes{device="cuda:2"} 1048576)",
+           R"(framefuse_gpu_memory_total_bytes{device="cuda:2"} 85899345920)",
+           "# TYPE framefuse_nvdec_fallbacks_total counter",
+           "# TYPE framefuse_pool_frames gauge",
+           "# TYPE framefuse_gpu_memory_used_bytes gauge",
+       })
+    EXPECT_TRUE(has_line(m, line)) << line << "\n" << m;
+  // Without CUDA devices (CPU-only hosts) the GPU families are absent; NVDEC sessions are 0.
+  const std::string cpu = render_metrics(known_daemon(), std::span(&ps[1], 1));
+  EXPECT_EQ(cpu.find("framefuse_gpu_memory"), std::string::npos) << cpu;
+  EXPECT_TRUE(has_line(cpu, "framefuse_nvdec_sessions 0")) << cpu;
+}
+
+TEST(StatusJson, PoolDecoderOutputsAndGpus) {
+  PipelineSnapshot ps[] = {known_pipeline("lobby", 0), known_pipeline("dock", 1000)};
+  ps[0].decoder = "nvdec";
+  ps[1].decoder = "";
+  const std::string j = render_status_json(with_gpus(known_daemon()), ps);
+  EXPECT_NE(j.find(R"("gpus":[{"device":"cuda:0","used_bytes":3221225472,"total_bytes":150754820096},)"
+                   R"({"device":"cuda:2","used_bytes":1048576,"total_bytes":85899345920}],"nvdec_sessions":1,)"),
+            std::string::npos) << j;
+  EXPECT_NE(j.find(R"("pool":{"in_use":6,"capacity":16},"decoder":"nvdec","nvdec_fallbacks":1,"outputs":["cls","det"],)"),
+            std::string::npos) << j;
+  EXPECT_NE(j.find(R"("pool":{"in_use":1006,"capacity":1016},"decoder":null,"nvdec_fallbacks":1001,)"),
+            std::string::npos) << j;
+  const std::string cpu = render_status_json(known_daemon(), std::span(&ps[1], 1));
+  EXPECT_NE(cpu.find(R"("gpus":[],"nvdec_sessions":0,)"), std::string::npos) << cpu;
+}
+
 TEST(StatusJson, ControlObjectOrNull) {
   const PipelineSnapshot ps[] = {with_control(known_pipeline("lobby", 0)), known_pipeline("dock", 1000)};
   const std::string j = render_status_json(known_daemon(), ps);
@@ -200,7 +263,7 @@ TEST(Metrics, LabelValuesAreEscaped) {
 //! and contiguously; counters end in _total; values parse as floats.
 TEST(Metrics, TextFormatIsWellFormed) {
   const PipelineSnapshot ps[] = {with_control(known_pipeline("lobby", 0)), known_pipeline("dock \"2\"", 50)};
-  const std::string m = render_metrics(known_daemon(), ps);
+  const std::string m = render_metrics(with_gpus(known_daemon()), ps);
   ASSERT_TRUE(m.ends_with("\n"));
   const std::regex help(R"(# HELP ([a-zA-Z_:][a-zA-Z0-9_:]*) \S.*)");
   const std::regex type(R"(# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|histogram))");
@@ -237,7 +300,7 @@ TEST(Metrics, TextFormatIsWellFormed) {
       ADD_FAILURE() << "not a valid exposition line: " << l;
     }
   }
-  EXPECT_EQ(types.size(), 16u + 10u);   // + the control families
+  EXPECT_EQ(types.size(), 21u + 2u + 10u);   // + the GPU and the control families
   EXPECT_GT(samples, 60u);
 }
 
@@ -246,7 +309,7 @@ TEST(Metrics, PromtoolAcceptsTheExposition) {
   const PipelineSnapshot ps[] = {with_control(known_pipeline("lobby", 0)), known_pipeline("dock", 50)};
   const auto path = std::filesystem::temp_directory_path() / ("framefuse_metrics_" + std::to_string(::getpid()) + ".prom");
   {
-    std::ofstream(path) << render_metrics(known_daemon(), ps);
+    std::ofstream(path) << render_metrics(with_gpus(known_daemon()), ps);
   }
   const auto out = path.string() + ".out";
   const int rc = std::system(("promtool check metrics < " + path.string() + " > " + out + " 2>&1").c_str());
