@@ -18,6 +18,42 @@ rm -rf out/basic
 "$BIN" run --config config/examples/basic.yaml --no-http 2>&1 | grep -E "CUDA|summary|error" || status=1
 echo "npy files: $(find out/basic -name '*.npy' 2>/dev/null | wc -l)"
 
+echo "== HTTP on a GPU host: GPU memory, NVDEC sessions, decoder in /metrics and /status"
+cat >"$work/http.yaml" <<YAML
+pipelines:
+  - name: cam
+    source: {uri: $ROOT/samples/sample_720p.mp4, loop: true, realtime: true}
+    decoder: nvdec
+    outputs: [{name: cls, resize: {width: 224, height: 224}}]
+    sink: {type: null}
+YAML
+"$BIN" run --config "$work/http.yaml" --http-port 0 2>"$work/http.log" &
+pid=$!
+python3 - "$work/http.log" <<'PY' || status=1
+import json, re, sys, time, urllib.request
+log = sys.argv[1]
+for _ in range(100):
+    m = re.search(r"on 127\.0\.0\.1:(\d+)", open(log).read())
+    if m:
+        break
+    time.sleep(0.1)
+base = f"http://127.0.0.1:{m.group(1)}"
+time.sleep(2)
+metrics = urllib.request.urlopen(base + "/metrics").read().decode()
+for name in ("framefuse_gpu_memory_used_bytes", "framefuse_nvdec_sessions 1", 'decoder="nvdec"} 1'):
+    line = next((l for l in metrics.splitlines() if name in l and not l.startswith("#")), None)
+    print(f"   {name}: {line}")
+    assert line, name
+status = json.loads(urllib.request.urlopen(base + "/status").read())
+print("   /status gpus:", status["gpus"], "nvdec_sessions:", status["nvdec_sessions"])
+try:
+    urllib.request.urlopen(base + "/preview/cam.jpg")
+    print("   /preview/cam.jpg: 200")
+except urllib.error.HTTPError as e:
+    print("   /preview/cam.jpg:", e.code, e.read().decode().strip())
+PY
+kill -TERM $pid; wait $pid || status=1
+
 pipelines() {   # pipelines N DECODER
   for i in $(seq 1 "$1"); do
     cat <<YAML
