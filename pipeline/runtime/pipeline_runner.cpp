@@ -138,6 +138,7 @@ void PipelineRunner::start() {
     auto backoff = spec_.source.reconnect_initial;
     int failed = 0;                                // reconnects since the last frame
     std::optional<Clock::time_point> down_since;   // live: when the current outage began
+    uint64_t earlier_errors = 0;                   // decode errors of the sessions before this one
     auto stopping = [this] {
       std::lock_guard lock(impl_->stop_mu);
       return impl_->stop;
@@ -177,6 +178,7 @@ void PipelineRunner::start() {
             }
           }
           stats_.frames_decoded.fetch_add(1, std::memory_order_relaxed);
+          stats_.decode_errors.store(earlier_errors + source.decode_errors(), std::memory_order_relaxed);
           stats_.last_frame_ns.store(steady_ns(frame->decoded_at), std::memory_order_relaxed);
           {
             std::lock_guard lock(latest_mu_);
@@ -195,7 +197,8 @@ void PipelineRunner::start() {
         error = e.what();   // one line, URI redacted
         if (!stopping()) stats_.set_error(error);
       }
-      stats_.decode_errors.store(source.decode_errors(), std::memory_order_relaxed);
+      earlier_errors += source.decode_errors();
+      stats_.decode_errors.store(earlier_errors, std::memory_order_relaxed);
       {
         std::lock_guard lock(impl_->source_mu);
         impl_->source = nullptr;
