@@ -24,6 +24,7 @@ struct HttpConfig {
   int max_connections = 64;                     //!< concurrent connections; more are refused
   std::chrono::milliseconds idle_timeout{30000};   //!< keep-alive connection closed when idle this long
   size_t max_header_bytes = 8192;               //!< larger request headers are rejected
+  bool operator==(const HttpConfig&) const = default;
 };
 
 //! What /readyz requires: every pipeline streaming, or at least one.

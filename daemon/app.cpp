@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <ctime>
 #include <set>
-#include <tuple>
 
 #include "config/load.hpp"
 #include "daemon/http/http_server.hpp"
@@ -22,10 +21,6 @@ double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-bool same_http(const config::HttpConfig& a, const config::HttpConfig& b) {
-  return std::tie(a.enabled, a.bind, a.port, a.max_connections, a.idle_timeout, a.max_header_bytes) ==
-         std::tie(b.enabled, b.bind, b.port, b.max_connections, b.idle_timeout, b.max_header_bytes);
-}
 }  // namespace
 
 App::App(config::DaemonConfig config, Overrides overrides) : overrides_(std::move(overrides)) {
@@ -165,7 +160,7 @@ bool App::reload() {
   // Logging is switched first so that this reload's own messages follow the new settings.
   setup_logging(next.log.level,
                 next.log.format == config::LogConfig::Format::Json ? LogFormat::Json : LogFormat::Text);
-  if (!same_http(next.http, config_->http))
+  if (next.http != config_->http)
     spdlog::warn("reload: http settings changed; the HTTP server keeps its startup settings until a restart");
   std::lock_guard lock(mu_);
   std::set<std::string> keep;
