@@ -139,6 +139,26 @@ class DaemonTest(unittest.TestCase):
         self.assertNotEqual(gains[2], 1.0)
         self.assertTrue(all(0 <= l["mean_luma"] <= 1 for l in lines))
 
+    def test_json_log_lines_parse(self):
+        import json, shutil
+        quoted = self.dir / 'cam "north".mp4'   # quotes and spaces must be escaped in the JSON
+        shutil.copy(self.clip, quoted)
+        cfg = self.write_config("jsonlog.yaml", """
+        log: {level: info, format: json}
+        http: {enabled: false}
+        pipelines:
+          - name: cam
+            source: {uri: 'cam "north".mp4'}
+            outputs: [{name: a, resize: {width: 8, height: 8}}]
+            sink: {type: null}
+        """)
+        r = run("run", "--config", str(cfg), "--device", "cpu")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = [json.loads(l) for l in r.stderr.splitlines() if l.strip()]
+        self.assertTrue(all(set(l) == {"ts", "level", "msg"} for l in lines), lines)
+        self.assertTrue(any('cam "north".mp4' in l["msg"] for l in lines), lines)
+        self.assertTrue(any(l["msg"].startswith("summary 'cam': 20 frames decoded") for l in lines), lines)
+
     def test_check_config_accepts_valid(self):
         cfg = self.pipeline_config("valid.yaml", self.dir / "unused")
         r = run("check-config", str(cfg))
