@@ -1,6 +1,9 @@
 #include "daemon/cli.hpp"
 
+#include <cstdint>
 #include <stdexcept>
+
+#include "config/load.hpp"
 
 namespace framefuse::daemon {
 
@@ -12,12 +15,40 @@ Usage:
                                [--http-port PORT] [--no-http]
   framefused check-config FILE       validate a config file and exit (0 = valid)
   framefused print-default-config    print every config key with its default
+  framefused bench --clip FILE [--streams N] [--frames N] [--decoder auto|nvdec|cpu]
+                   [--device auto|cpu|cuda[:N]] [--json FILE]
+                                     decode ceiling vs full pipeline on N concurrent streams
+                                     (default 1 stream x 600 frames; classify + detect outputs)
   framefused --help | --version
 
 Signals: SIGINT/SIGTERM drain in-flight frames and stop; SIGHUP reloads the config.
 Exit status: 0 success, 1 runtime failure, 2 bad usage or invalid config.
 )";
 }
+
+namespace {
+
+//! `v` as an integer in [lo, hi], else std::invalid_argument naming `flag` and `what` it must be.
+int64_t parse_int(const std::string& flag, const std::string& v, int64_t lo, int64_t hi, const char* what) {
+  size_t used = 0;
+  int64_t n = lo - 1;
+  try {
+    n = std::stoll(v, &used);
+  } catch (const std::exception&) {
+  }
+  if (used != v.size() || n < lo || n > hi)
+    throw std::invalid_argument(flag + ": '" + v + "' is not " + what);
+  return n;
+}
+
+DecoderKind parse_decoder(const std::string& v) {
+  if (v == "auto") return DecoderKind::Auto;
+  if (v == "nvdec") return DecoderKind::Nvdec;
+  if (v == "cpu") return DecoderKind::Cpu;
+  throw std::invalid_argument("--decoder: '" + v + "' is not auto, nvdec or cpu");
+}
+
+}  // namespace
 
 CliOptions parse_cli(const std::vector<std::string>& args) {
   CliOptions o;
@@ -53,16 +84,7 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
       } else if (flag == "--log-level") {
         o.log_level = value(flag);
       } else if (flag == "--http-port") {
-        const std::string& v = value(flag);
-        size_t used = 0;
-        int port = -1;
-        try {
-          port = std::stoi(v, &used);
-        } catch (const std::exception&) {
-        }
-        if (used != v.size() || port < 0 || port > 65535)
-          throw std::invalid_argument("--http-port: '" + v + "' is not a port number (0-65535)");
-        o.http_port = port;
+        o.http_port = static_cast<int>(parse_int(flag, value(flag), 0, 65535, "a port number (0-65535)"));
       } else if (flag == "--no-http") {
         o.no_http = true;
       } else {
@@ -70,6 +92,33 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
       }
     }
     if (o.config_path.empty()) throw std::invalid_argument("run needs --config FILE");
+  } else if (cmd == "bench") {
+    o.command = Command::Bench;
+    BenchOptions& b = o.bench;
+    while (i < args.size()) {
+      const std::string& flag = args[i++];
+      if (flag == "--clip") {
+        b.clip = value(flag);
+      } else if (flag == "--streams") {
+        b.streams = static_cast<int32_t>(parse_int(flag, value(flag), 1, 256, "a stream count (1-256)"));
+      } else if (flag == "--frames") {
+        b.frames = parse_int(flag, value(flag), 1, 1'000'000'000, "a frame count (1-1000000000)");
+      } else if (flag == "--decoder") {
+        b.decoder = parse_decoder(value(flag));
+      } else if (flag == "--device") {
+        const std::string& v = value(flag);
+        try {
+          b.device = config::parse_device(v);
+        } catch (const std::exception& e) {
+          throw std::invalid_argument(std::string("--device: ") + e.what());
+        }
+      } else if (flag == "--json") {
+        b.json_path = value(flag);
+      } else {
+        throw std::invalid_argument("unknown option '" + flag + "' for bench (try --help)");
+      }
+    }
+    if (b.clip.empty()) throw std::invalid_argument("bench needs --clip FILE");
   } else {
     throw std::invalid_argument("unknown command '" + cmd + "' (try --help)");
   }

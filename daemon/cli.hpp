@@ -4,9 +4,11 @@
 #include <string>
 #include <vector>
 
+#include "daemon/bench.hpp"
+
 namespace framefuse::daemon {
 
-enum class Command { Run, CheckConfig, PrintDefaultConfig, Help, Version };
+enum class Command { Run, CheckConfig, PrintDefaultConfig, Bench, Help, Version };
 
 struct CliOptions {
   Command command = Command::Help;
@@ -15,6 +17,7 @@ struct CliOptions {
   std::optional<std::string> log_level;   //!< --log-level, overrides the config
   std::optional<int> http_port;           //!< --http-port, overrides the config (0 = ephemeral)
   bool no_http = false;                   //!< --no-http
+  BenchOptions bench;                     //!< bench: its options (clip not yet checked to exist)
 };
 
 //! Throws std::invalid_argument with a one-line message on bad usage.

@@ -3,10 +3,12 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 
 #include "config/load.hpp"
 #include "daemon/app.hpp"
+#include "daemon/bench.hpp"
 #include "daemon/cli.hpp"
 #include "daemon/logging.hpp"
 #include "daemon/version.hpp"
@@ -20,6 +22,30 @@ using framefuse::daemon::Command;
 int fail(int status, const std::string& message) {
   std::fprintf(stderr, "framefused: %s\n", message.c_str());
   return status;
+}
+
+//! `framefused bench`: the table on stdout, the JSON to --json; pipeline logs only from warn up.
+int bench(const framefuse::daemon::BenchOptions& options) {
+  namespace ff = framefuse;
+  ff::daemon::setup_logging("warn", ff::daemon::LogFormat::Text);
+  ff::route_ffmpeg_logs();
+  std::ofstream json;   // opened first: a bad path fails before the measuring
+  if (options.json_path) {
+    json.open(*options.json_path);
+    if (!json) return fail(2, "--json: cannot write '" + *options.json_path + "'");
+  }
+  ff::daemon::BenchResult result;
+  try {
+    result = ff::daemon::run_bench(options);
+  } catch (const std::invalid_argument& e) {
+    return fail(2, e.what());
+  } catch (const std::exception& e) {
+    return fail(1, e.what());
+  }
+  std::cout << ff::daemon::format_bench_table(result);
+  if (json.is_open() && !(json << ff::daemon::format_bench_json(result)).flush())
+    return fail(1, "--json: cannot write '" + *options.json_path + "'");
+  return 0;
 }
 
 }  // namespace
@@ -47,6 +73,7 @@ int main(int argc, char** argv) {
       } catch (const std::exception& e) {
         return fail(2, e.what());
       }
+    case Command::Bench: return bench(cli.bench);
     case Command::Run: break;
   }
 

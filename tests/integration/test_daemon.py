@@ -159,6 +159,38 @@ class DaemonTest(unittest.TestCase):
         self.assertTrue(any('cam "north".mp4' in l["msg"] for l in lines), lines)
         self.assertTrue(any(l["msg"].startswith("summary 'cam': 20 frames decoded") for l in lines), lines)
 
+    def test_bench_measures_decode_ceiling_and_pipeline(self):
+        import json
+        out = self.dir / "bench.json"
+        r = run("bench", "--clip", str(self.clip), "--streams", "2", "--frames", "30", "--device", "cpu",
+                "--json", str(out))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stdout, r"pipeline / decode ceiling = \d+\.\d %")
+        result = json.loads(out.read_text())
+        self.assertEqual((result["streams"], result["frames_per_stream"], result["device"]), (2, 30, "cpu"))
+        for phase in ("decode", "pipeline"):
+            p = result[phase]
+            self.assertEqual(p["frames"], 60, phase)   # 30 per stream: the 20-frame clip loops
+            self.assertGreater(p["fps"], 0, phase)
+            self.assertAlmostEqual(p["fps_per_stream"], p["fps"] / 2, delta=1e-6 * p["fps"])
+            self.assertGreaterEqual(p["cpu_ms_per_frame"], 0, phase)   # the decode phase may fit in a tick
+            self.assertGreater(p["peak_rss_mib"], 1, phase)
+            self.assertEqual(p["decoder"], "cpu", phase)
+        self.assertGreater(result["pipeline"]["cpu_ms_per_frame"], 0)
+        self.assertTrue(0 < result["ratio"] <= 2, result["ratio"])
+        self.assertAlmostEqual(result["ratio"], result["pipeline"]["fps"] / result["decode"]["fps"], places=6)
+        lat = result["pipeline"]
+        self.assertIn(lat["latency_p50_ms"], [1e3 * b for b in (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05,
+                                                                 0.1, 0.2, 0.5, 1.0, 2.0)])
+        self.assertLessEqual(lat["latency_p50_ms"], lat["latency_p99_ms"])
+        self.assertIn(f"{100 * result['ratio']:.1f} %", r.stdout)
+
+    def test_bench_bad_usage(self):
+        r = run("bench", "--clip", str(self.dir / "no_such_clip.mp4"), "--device", "cpu")
+        self.assert_one_line_error(r, r"--clip: '.*no_such_clip\.mp4': no such file")
+        r = run("bench", "--clip", str(self.clip), "--streams", "0")
+        self.assert_one_line_error(r, r"--streams: '0'")
+
     def test_check_config_accepts_valid(self):
         cfg = self.pipeline_config("valid.yaml", self.dir / "unused")
         r = run("check-config", str(cfg))

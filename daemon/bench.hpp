@@ -1,0 +1,61 @@
+#pragma once
+//! `framefused bench`: how close the full pipeline comes to the decode ceiling on this host. Phase 1
+//! decodes the clip alone (N concurrent VideoSources, frames dropped); phase 2 runs N pipelines
+//! (canonical classify + detect outputs, null sink) on the same clip. Both phases time from start
+//! to the last stream done, opening included.
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "pipeline/runtime/pipeline_stats.hpp"
+#include "pipeline/spec.hpp"
+
+namespace framefuse::daemon {
+
+struct BenchOptions {
+  std::string clip;                      //!< video file decoded by every stream
+  int32_t streams = 1;                   //!< concurrent sessions, >= 1
+  int64_t frames = 600;                  //!< frames per stream (the clip loops), >= 1
+  DecoderKind decoder = DecoderKind::Auto;
+  DeviceSpec device;                     //!< unresolved (auto, cpu, cuda:N)
+  std::optional<std::string> json_path;  //!< also write the results here as JSON
+  bool operator==(const BenchOptions&) const = default;
+};
+
+struct PhaseResult {
+  uint64_t frames = 0;                   //!< every stream together
+  double seconds = 0;                    //!< wall time of the phase
+  double cpu_s = 0;                      //!< process user + system CPU time over the phase
+  double peak_rss_mib = 0;               //!< process peak RSS at the end of the phase (monotonic)
+  std::string decoder;                   //!< decoder in use: "nvdec", "cpu"
+  double fps() const { return seconds > 0 ? double(frames) / seconds : 0; }
+  double cpu_ms_per_frame() const { return frames ? 1e3 * cpu_s / double(frames) : 0; }
+};
+
+struct BenchResult {
+  BenchOptions options;
+  std::string device;                    //!< resolved: "cpu", "cuda:0"
+  std::string frame;                     //!< the clip's frames, e.g. "320x240 yuv420p bt601/limited"
+  PhaseResult decode, pipeline;
+  //! Decode -> output latency of every pipeline frame: upper bounds of the histogram buckets
+  //! (kLatencyBuckets) holding the quantile, seconds; +inf when beyond the last bound.
+  double latency_p50_s = 0, latency_p99_s = 0;
+  double ratio() const { return decode.fps() > 0 ? pipeline.fps() / decode.fps() : 0; }
+};
+
+//! Runs both phases. Throws std::invalid_argument for bad usage (no such clip, nvdec on a CPU
+//! device), DeviceError when the device is not available, MediaError / std::runtime_error when a
+//! stream fails; messages are one line.
+BenchResult run_bench(const BenchOptions& options);
+
+//! The upper bound (seconds) of the kLatencyBuckets bucket holding quantile `q` (0..1] of the
+//! histogram `counts` (last = +Inf, giving +inf); 0 for an empty histogram.
+double latency_quantile(const std::array<uint64_t, kLatencyBuckets.size() + 1>& counts, double q);
+
+//! The human-readable table, ending with "pipeline / decode ceiling = X %".
+std::string format_bench_table(const BenchResult& r);
+//! The same numbers as one JSON object.
+std::string format_bench_json(const BenchResult& r);
+
+}  // namespace framefuse::daemon

@@ -1,0 +1,148 @@
+//! framefused command line: every command and option parsed, bad usage refused with one line
+//! naming the option; the bench's latency quantiles from histogram counts.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "daemon/bench.hpp"
+#include "daemon/cli.hpp"
+
+namespace framefuse::daemon {
+namespace {
+
+using Args = std::vector<std::string>;
+
+TEST(Cli, RunOptions) {
+  const auto o = parse_cli({"run", "--config", "a.yaml", "--device", "cuda:1", "--log-level", "debug",
+                            "--http-port", "9100", "--no-http"});
+  EXPECT_EQ(o.command, Command::Run);
+  EXPECT_EQ(o.config_path, "a.yaml");
+  EXPECT_EQ(o.device, "cuda:1");
+  EXPECT_EQ(o.log_level, "debug");
+  EXPECT_EQ(o.http_port, 9100);
+  EXPECT_TRUE(o.no_http);
+}
+
+TEST(Cli, BenchDefaults) {
+  const auto o = parse_cli({"bench", "--clip", "c.mp4"});
+  EXPECT_EQ(o.command, Command::Bench);
+  BenchOptions want;
+  want.clip = "c.mp4";
+  EXPECT_EQ(o.bench, want);
+  EXPECT_EQ(o.bench.streams, 1);
+  EXPECT_EQ(o.bench.frames, 600);
+  EXPECT_EQ(o.bench.decoder, DecoderKind::Auto);
+  EXPECT_EQ(o.bench.device.kind, DeviceKind::Auto);
+  EXPECT_FALSE(o.bench.json_path);
+}
+
+TEST(Cli, BenchEveryOption) {
+  const auto o = parse_cli({"bench", "--streams", "8", "--frames", "1200", "--decoder", "nvdec", "--device", "cuda:2",
+                            "--json", "r.json", "--clip", "/data/x.mkv"});
+  EXPECT_EQ(o.command, Command::Bench);
+  EXPECT_EQ(o.bench.clip, "/data/x.mkv");
+  EXPECT_EQ(o.bench.streams, 8);
+  EXPECT_EQ(o.bench.frames, 1200);
+  EXPECT_EQ(o.bench.decoder, DecoderKind::Nvdec);
+  EXPECT_EQ(o.bench.device, (DeviceSpec{DeviceKind::Cuda, 2}));
+  EXPECT_EQ(o.bench.json_path, "r.json");
+}
+
+TEST(Cli, BenchDecoderAndDeviceNames) {
+  const std::vector<std::pair<std::string, DecoderKind>> decoders = {
+      {"auto", DecoderKind::Auto}, {"nvdec", DecoderKind::Nvdec}, {"cpu", DecoderKind::Cpu}};
+  for (const auto& [name, kind] : decoders)
+    EXPECT_EQ(parse_cli({"bench", "--clip", "c", "--decoder", name}).bench.decoder, kind) << name;
+  const std::vector<std::pair<std::string, DeviceSpec>> devices = {{"auto", {DeviceKind::Auto, 0}},
+                                                                   {"cpu", {DeviceKind::Cpu, 0}},
+                                                                   {"cuda", {DeviceKind::Cuda, 0}},
+                                                                   {"cuda:3", {DeviceKind::Cuda, 3}}};
+  for (const auto& [name, spec] : devices)
+    EXPECT_EQ(parse_cli({"bench", "--clip", "c", "--device", name}).bench.device, spec) << name;
+}
+
+struct BadUsage {
+  Args args;
+  std::string message;   //!< expected within the one-line error
+};
+
+TEST(Cli, BadUsageIsOneLineNamingTheProblem) {
+  const std::vector<BadUsage> cases = {
+      {{}, "missing command"},
+      {{"frobnicate"}, "unknown command 'frobnicate'"},
+      {{"run"}, "run needs --config FILE"},
+      {{"run", "--config", "a.yaml", "--http-port", "70000"}, "--http-port: '70000' is not a port number"},
+      {{"run", "--config", "a.yaml", "--http-port", "80x"}, "--http-port: '80x'"},
+      {{"check-config"}, "check-config needs a FILE"},
+      {{"bench"}, "bench needs --clip FILE"},
+      {{"bench", "--streams", "2"}, "bench needs --clip FILE"},
+      {{"bench", "--clip"}, "option --clip needs a value"},
+      {{"bench", "--clip", "c", "--streams", "0"}, "--streams: '0' is not a stream count"},
+      {{"bench", "--clip", "c", "--streams", "257"}, "--streams: '257'"},
+      {{"bench", "--clip", "c", "--streams", "two"}, "--streams: 'two'"},
+      {{"bench", "--clip", "c", "--frames", "-5"}, "--frames: '-5' is not a frame count"},
+      {{"bench", "--clip", "c", "--frames", ""}, "--frames: ''"},
+      {{"bench", "--clip", "c", "--frames", "10 "}, "--frames: '10 '"},
+      {{"bench", "--clip", "c", "--decoder", "vaapi"}, "--decoder: 'vaapi' is not auto, nvdec or cpu"},
+      {{"bench", "--clip", "c", "--device", "gpu"}, "--device: unknown device 'gpu'"},
+      {{"bench", "--clip", "c", "--device", "cuda:x"}, "--device: unknown device 'cuda:x'"},
+      {{"bench", "--clip", "c", "--json"}, "option --json needs a value"},
+      {{"bench", "--clip", "c", "--config", "a.yaml"}, "unknown option '--config' for bench"},
+  };
+  for (const auto& c : cases) {
+    std::string joined;
+    for (const auto& a : c.args) joined += a + " ";
+    try {
+      parse_cli(c.args);
+      ADD_FAILURE() << "accepted: " << joined;
+    } catch (const std::invalid_argument& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(c.message), std::string::npos) << joined << "-> " << what;
+      EXPECT_EQ(what.find('\n'), std::string::npos) << joined << "-> " << what;
+    }
+  }
+}
+
+TEST(Cli, UsageListsBench) {
+  const std::string u = usage();
+  for (const char* flag : {"bench", "--clip", "--streams", "--frames", "--decoder", "--json"})
+    EXPECT_NE(u.find(flag), std::string::npos) << flag;
+}
+
+using Counts = std::array<uint64_t, kLatencyBuckets.size() + 1>;
+
+TEST(BenchLatency, QuantileIsTheBucketUpperBound) {
+  Counts c{};
+  EXPECT_EQ(latency_quantile(c, 0.5), 0.0);   // empty histogram
+  // 100 observations: 50 in (1, 2] ms, 45 in (5, 10] ms, 4 in (50, 100] ms, 1 above 2 s.
+  c[2] = 50;
+  c[4] = 45;
+  c[7] = 4;
+  c[kLatencyBuckets.size()] = 1;
+  struct Case {
+    double q, bound;
+  };
+  for (const auto& [q, bound] : std::vector<Case>{{0.01, kLatencyBuckets[2]},
+                                                  {0.50, kLatencyBuckets[2]},
+                                                  {0.51, kLatencyBuckets[4]},
+                                                  {0.95, kLatencyBuckets[4]},
+                                                  {0.96, kLatencyBuckets[7]},
+                                                  {0.99, kLatencyBuckets[7]}})
+    EXPECT_EQ(latency_quantile(c, q), bound) << "q " << q;
+  EXPECT_TRUE(std::isinf(latency_quantile(c, 1.0)));
+}
+
+TEST(BenchLatency, SingleBucket) {
+  for (size_t b = 0; b < kLatencyBuckets.size(); ++b) {
+    Counts c{};
+    c[b] = 7;
+    EXPECT_EQ(latency_quantile(c, 0.5), kLatencyBuckets[b]) << b;
+    EXPECT_EQ(latency_quantile(c, 0.99), kLatencyBuckets[b]) << b;
+  }
+}
+
+}  // namespace
+}  // namespace framefuse::daemon
