@@ -18,31 +18,11 @@
 #include "pipeline/decode/video_source.hpp"
 #include "pipeline/exec/device.hpp"
 #include "pipeline/runtime/pipeline_runner.hpp"
+#include "pipeline/workloads.hpp"
 
 namespace framefuse::daemon {
 
 namespace {
-
-//! torchvision Resize(256) + CenterCrop(224) + ImageNet normalize, CHW f32.
-OutputSpec classify_output() {
-  OutputSpec s;
-  s.name = "classify";
-  s.resize.shorter_side = 256;
-  s.center_crop = std::array<int32_t, 2>{224, 224};
-  s.mean = {0.485f, 0.456f, 0.406f};
-  s.std = {0.229f, 0.224f, 0.225f};
-  return s;
-}
-
-//! YOLO-style letterbox 640x640 (pad 114), /255, CHW f16.
-OutputSpec detect_output() {
-  OutputSpec s;
-  s.name = "detect";
-  s.resize = {640, 640, 0};
-  s.aspect = AspectMode::Letterbox;
-  s.dtype = ops::DType::F16;
-  return s;
-}
 
 //! Stream `i` of the benchmark as a pipeline: the clip looped up to `frames`, null sink.
 PipelineSpec bench_pipeline(const BenchOptions& o, int i) {
@@ -52,7 +32,7 @@ PipelineSpec bench_pipeline(const BenchOptions& o, int i) {
   p.source.loop = true;
   p.source.max_frames = o.frames;
   p.decoder = o.decoder;
-  p.outputs = {classify_output(), detect_output()};
+  p.outputs = {workloads::classify_spec(), workloads::detect_spec()};
   p.sink.kind = SinkKind::Null;
   return p;
 }
@@ -96,11 +76,7 @@ uint64_t decode_only(const BenchOptions& o, const DeviceSpec& device, PhaseResul
       threads.emplace_back([&, i] {
         try {
           const PipelineSpec spec = bench_pipeline(o, i);
-          DecodeOptions decode;
-          decode.decoder = spec.decoder;
-          decode.cuda_device = device.kind == DeviceKind::Cuda ? device.index : -1;
-          decode.pool = FramePool::create(default_pool_frames(spec.queue_depth, 0, true), decode.cuda_device);
-          VideoSource source(spec.source, spec.name, decode);
+          VideoSource source(spec.source, spec.name, decode_options(spec, device));
           source.open();
           while (source.read()) ++frames[i];
           used[i] = source.decoder();

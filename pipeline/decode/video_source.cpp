@@ -598,4 +598,14 @@ DecodedFrame to_host(const DecodedFrame& frame) {
   return out;
 }
 
+DecodeOptions decode_options(const PipelineSpec& spec, const DeviceSpec& device) {
+  DecodeOptions decode;
+  decode.decoder = spec.decoder;
+  decode.cuda_device = device.kind == DeviceKind::Cuda ? device.index : -1;
+  const bool frame_threads = spec.source.kind != SourceKind::Rtsp;   // live sources use slice threads
+  const int slots = spec.pool_frames > 0 ? spec.pool_frames : default_pool_frames(spec.queue_depth, 0, frame_threads);
+  decode.pool = FramePool::create(slots, decode.cuda_device);
+  return decode;
+}
+
 }  // namespace framefuse

@@ -31,6 +31,11 @@ struct DecodeOptions {
   std::function<void(const std::string& reason)> on_fallback;
 };
 
+//! How a pipeline's source decodes on its device: `spec.decoder`, the device's CUDA index (-1 on
+//! the CPU) and a frame pool of `spec.pool_frames` slots (0: the default size for its queue and
+//! source kind). Callbacks stay unset for the caller.
+DecodeOptions decode_options(const PipelineSpec& spec, const DeviceSpec& device);
+
 class VideoSource {
  public:
   //! Nothing is opened until open().

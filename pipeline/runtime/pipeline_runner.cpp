@@ -110,11 +110,7 @@ void PipelineRunner::start() {
 
   // Decode buffers, shared by every (re)connection: software frames decode into the pool's slots
   // (pinned on CUDA devices). When it runs dry, files wait and live sources drop the oldest frame.
-  DecodeOptions decode;
-  decode.decoder = spec_.decoder;
-  decode.cuda_device = device_.kind == DeviceKind::Cuda ? device_.index : -1;
-  const int pool_frames = spec_.pool_frames > 0 ? spec_.pool_frames : default_pool_frames(spec_.queue_depth, 0, !live);
-  decode.pool = FramePool::create(pool_frames, decode.cuda_device);
+  DecodeOptions decode = decode_options(spec_, device_);
   if (live) {
     decode.pool->set_drop_oldest([this] {
       if (!impl_->queue.drop_oldest()) return false;

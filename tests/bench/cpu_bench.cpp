@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "pipeline/workloads.hpp"
 #include "pipeline/exec/cpu_executor.hpp"
 #include "tests/support/test_images.hpp"
 
@@ -24,43 +25,21 @@ constexpr float kMean[3] = {0.485f, 0.456f, 0.406f}, kStd[3] = {0.229f, 0.224f, 
 
 enum class Work { Classify, Detect, Three };
 
-OutputSpec classify_spec() {
-  OutputSpec s;
-  s.name = "classify";
-  s.resize.shorter_side = 256;
-  s.center_crop = std::array<int32_t, 2>{224, 224};
-  s.mean = {kMean[0], kMean[1], kMean[2]};
-  s.std = {kStd[0], kStd[1], kStd[2]};
-  return s;
-}
-
-OutputSpec detect_spec() {
-  OutputSpec s;
-  s.name = "detect";
-  s.resize = {640, 640, 0};
-  s.aspect = AspectMode::Letterbox;
-  s.dtype = ops::DType::F16;
-  return s;
-}
-
+//! The canonical workloads; the thumbnail here is INTER_AREA, as the OpenCV chain it is compared with.
 OutputSpec thumb_spec() {
-  OutputSpec s;
+  OutputSpec s = workloads::thumbnail_spec();
   s.name = "thumb";
-  s.resize = {320, 180, 0};
   s.interp = ops::Interp::Area;
-  s.scale = 1.f;
-  s.layout = ops::Layout::Hwc;
-  s.dtype = ops::DType::U8;
   return s;
 }
 
 std::vector<OutputSpec> specs(Work w) {
   switch (w) {
-    case Work::Classify: return {classify_spec()};
-    case Work::Detect: return {detect_spec()};
+    case Work::Classify: return {workloads::classify_spec()};
+    case Work::Detect: return {workloads::detect_spec()};
     case Work::Three: break;
   }
-  return {classify_spec(), detect_spec(), thumb_spec()};
+  return {workloads::classify_spec(), workloads::detect_spec(), thumb_spec()};
 }
 
 //! Our fused executor with its output buffers; the layout of outs is what OpenCvChain writes too.

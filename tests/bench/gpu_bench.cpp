@@ -26,7 +26,7 @@
 #include "pipeline/fused/fused_preprocess.hpp"
 #include "tests/bench/unfused_kernels.hpp"
 #include "tests/gpu/gpu_support.hpp"
-#include "tests/gpu/workloads.hpp"
+#include "pipeline/workloads.hpp"
 
 namespace framefuse::bench {
 namespace {
@@ -178,9 +178,9 @@ int run(const Options& opt) {
   for (int i = 0; i < kPoolFrames; ++i) pool.push_back(test::upload(images[size_t(i) % images.size()]));
 
   const Workload workloads[] = {
-      {"classify", {test::classify_spec()}},
-      {"detect", {test::detect_spec()}},
-      {"classify+detect+thumb", {test::classify_spec(), test::detect_spec(), test::thumbnail_spec()}}};
+      {"classify", {workloads::classify_spec()}},
+      {"detect", {workloads::detect_spec()}},
+      {"classify+detect+thumb", {workloads::classify_spec(), workloads::detect_spec(), workloads::thumbnail_spec()}}};
   std::vector<Row> rows;
   bool mismatch = false;
   for (const auto& w : workloads) {

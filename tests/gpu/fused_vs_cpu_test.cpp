@@ -12,7 +12,7 @@
 #include "pipeline/exec/cuda_executor.hpp"
 #include "pipeline/fused/fused_preprocess.hpp"
 #include "tests/gpu/gpu_support.hpp"
-#include "tests/gpu/workloads.hpp"
+#include "pipeline/workloads.hpp"
 
 namespace framefuse::test {
 namespace {
@@ -78,11 +78,11 @@ std::vector<GpuCase> cases() {
   u8_pad.pad_value = {0.f, 128.f, 255.f};
 
   return {
-      {"nv12_classify_b1", PixelFormat::Nv12, 1920, 1080, bt709, limited, nearest, left, 1, {classify_spec()}},
+      {"nv12_classify_b1", PixelFormat::Nv12, 1920, 1080, bt709, limited, nearest, left, 1, {workloads::classify_spec()}},
       {"nv12_three_outputs_b16", PixelFormat::Nv12, 1920, 1080, bt709, limited, linear, left, 16,
-       {classify_spec(), detect_spec(), thumbnail_spec()}},
+       {workloads::classify_spec(), workloads::detect_spec(), workloads::thumbnail_spec()}},
       {"p010_b3", PixelFormat::P010, 1280, 720, bt709, limited, linear, center, 3,
-       {detect_spec(), out(160, 90, Interp::Nearest, Stretch, Gray, Layout::Hwc, DType::U8),
+       {workloads::detect_spec(), out(160, 90, Interp::Nearest, Stretch, Gray, Layout::Hwc, DType::U8),
         out(200, 120, Interp::Area, Stretch, Bgr, Layout::Chw, DType::F32)}},
       {"yuv420p_odd_b3", PixelFormat::Yuv420p, 333, 199, bt601, full, nearest, left, 3,
        {out(97, 61, Interp::Area, Stretch, Bgr, Layout::Chw, DType::F32),
@@ -196,7 +196,7 @@ INSTANTIATE_TEST_SUITE_P(Table, FusedVsCpu, ::testing::ValuesIn(cases()),
 TEST(FusedPreprocessSetup, RejectsBadRowsPerThread) {
   const HostImage img = random_image(PixelFormat::Nv12, 64, 32, 7);
   const FrameInfo info = frame_info(img);
-  const std::vector<OutputPlan> plans{make_output_plan(thumbnail_spec(), info, "t")};
+  const std::vector<OutputPlan> plans{make_output_plan(workloads::thumbnail_spec(), info, "t")};
   FusedPreprocess fused;
   EXPECT_THROW(fused.setup(info, plans, 1, 3), ConfigError);
   EXPECT_THROW(fused.setup(info, plans, kMaxBatch + 1, 1), ConfigError);

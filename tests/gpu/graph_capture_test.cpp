@@ -8,7 +8,7 @@
 #include "pipeline/exec/cpu_executor.hpp"
 #include "pipeline/fused/fused_preprocess.hpp"
 #include "tests/gpu/gpu_support.hpp"
-#include "tests/gpu/workloads.hpp"
+#include "pipeline/workloads.hpp"
 
 namespace framefuse::test {
 namespace {
@@ -23,9 +23,9 @@ TEST(GraphCapture, ReplaysWithNewBatchContents) {
   }
   const FrameInfo info = frame_info(images[0], ops::ColorMatrix::Bt709, ops::ColorRange::Limited);
   const ops::ColorParams color = make_color_params(ColorSpec{}, info);
-  OutputSpec gray = thumbnail_spec();
+  OutputSpec gray = workloads::thumbnail_spec();
   gray.channels = ChannelOrder::Gray;
-  const std::vector<OutputSpec> specs{classify_spec(), detect_spec(), gray};
+  const std::vector<OutputSpec> specs{workloads::classify_spec(), workloads::detect_spec(), gray};
   std::vector<OutputPlan> plans;
   for (const auto& s : specs) plans.push_back(make_output_plan(s, info, "graph/" + s.name));
 

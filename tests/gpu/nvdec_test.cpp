@@ -17,7 +17,7 @@
 #include "pipeline/decode/video_source.hpp"
 #include "pipeline/exec/cuda_executor.hpp"
 #include "tests/gpu/gpu_support.hpp"
-#include "tests/gpu/workloads.hpp"
+#include "pipeline/workloads.hpp"
 #include "tests/support/media_fixtures.hpp"
 
 extern "C" {
@@ -124,7 +124,7 @@ TEST_F(Nvdec, TensorsMatchSoftwareDecodeThroughTheCudaExecutor) {
   }
   const FrameInfo& sw_info = pinned[0].info;
   const FrameInfo& hw_info = surfaces[0].info;
-  const std::vector<OutputSpec> specs{classify_spec(), detect_spec(), thumbnail_spec()};
+  const std::vector<OutputSpec> specs{workloads::classify_spec(), workloads::detect_spec(), workloads::thumbnail_spec()};
   std::vector<OutputPlan> plans;
   for (const auto& s : specs) plans.push_back(make_output_plan(s, sw_info, "nvdec/" + s.name));
 

@@ -11,7 +11,7 @@
 #include "pipeline/exec/cpu_executor.hpp"
 #include "pipeline/exec/cuda_executor.hpp"
 #include "tests/gpu/gpu_support.hpp"
-#include "tests/gpu/workloads.hpp"
+#include "pipeline/workloads.hpp"
 
 namespace framefuse::test {
 namespace {
@@ -37,7 +37,7 @@ TEST(SampleClip, CudaMatchesCpuOnDecodedFrames) {
   }
   const FrameInfo& info = frames[0].info;
   const ops::ColorParams color = make_color_params(ColorSpec{}, info);
-  const std::vector<OutputSpec> specs{classify_spec(), detect_spec(), thumbnail_spec()};
+  const std::vector<OutputSpec> specs{workloads::classify_spec(), workloads::detect_spec(), workloads::thumbnail_spec()};
   std::vector<OutputPlan> plans;
   for (const auto& s : specs) plans.push_back(make_output_plan(s, info, "sample/" + s.name));
 

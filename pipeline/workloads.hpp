@@ -1,9 +1,9 @@
 #pragma once
-//! The canonical preprocessing outputs the GPU tests and benchmarks share (torchvision-style
-//! definitions; tests/bench/torchvision_bench.py mirrors them).
+//! The canonical preprocessing outputs that benchmarks (`framefused bench`, tests/bench), the GPU
+//! tests and their torchvision mirror (tests/bench/torchvision_bench.py) share.
 #include "pipeline/spec.hpp"
 
-namespace framefuse::test {
+namespace framefuse::workloads {
 
 //! Resize(256) -> CenterCrop(224) -> ToDtype(f32, scale) -> Normalize(ImageNet), CHW f32.
 inline OutputSpec classify_spec() {
@@ -42,4 +42,4 @@ inline OutputSpec thumbnail_spec() {
   return s;
 }
 
-}  // namespace framefuse::test
+}  // namespace framefuse::workloads
