@@ -119,6 +119,15 @@ BenchResult run_bench(const BenchOptions& o) {
   if (o.decoder == DecoderKind::Nvdec && device.kind != DeviceKind::Cuda)
     throw std::invalid_argument(fmt::format("--decoder nvdec needs a CUDA device, the device is {}", result.device));
 
+  // Untimed warm-up: the process's CUDA context, NVDEC and FFmpeg start-up would otherwise land in
+  // whichever phase runs first.
+  {
+    const PipelineSpec spec = bench_pipeline(o, 0);
+    VideoSource source(spec.source, spec.name, decode_options(spec, device));
+    source.open();
+    for (int i = 0; i < 8 && source.read(); ++i) {
+    }
+  }
   result.decode = measure([&](PhaseResult& r) { return decode_only(o, device, r); });
 
   std::array<uint64_t, kLatencyBuckets.size() + 1> latency{};
