@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/metrics/text_escape.hpp"
+#include "pipeline/util/text_escape.hpp"
 #include "pipeline/decode/video_source.hpp"
 #include "pipeline/exec/device.hpp"
 #include "pipeline/runtime/pipeline_runner.hpp"

@@ -5,7 +5,7 @@
 #include <spdlog/fmt/fmt.h>
 #include <utility>
 
-#include "daemon/metrics/text_escape.hpp"
+#include "pipeline/util/text_escape.hpp"
 
 namespace framefuse::daemon {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <spdlog/fmt/fmt.h>
 
-#include "daemon/metrics/text_escape.hpp"
+#include "pipeline/util/text_escape.hpp"
 #include "pipeline/util/redact.hpp"
 
 namespace framefuse::daemon {

@@ -9,9 +9,6 @@
 namespace framefuse::control {
 namespace {
 
-constexpr size_t kAlign = 256;
-constexpr size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
 constexpr size_t kThumbBytes = sizeof(float) * kThumbPixels;
 
 }  // namespace
@@ -33,9 +30,9 @@ void CudaControl::setup(const ControlParams& params, int max_batch, cudaStream_t
   max_batch_ = max_batch;
 
   const size_t params_at = 0;
-  const size_t block_at = align_up(params_at + sizeof(ControlParams));
-  const size_t slots_at = align_up(block_at + sizeof(ControlBlock));
-  const size_t previous_at = align_up(slots_at + sizeof(Slot) * size_t(params.depth));
+  const size_t block_at = cuda::align_up(params_at + sizeof(ControlParams));
+  const size_t slots_at = cuda::align_up(block_at + sizeof(ControlBlock));
+  const size_t previous_at = cuda::align_up(slots_at + sizeof(Slot) * size_t(params.depth));
   memory_ = cuda::alloc_device(previous_at + kThumbBytes);
   thumbnails_ = cuda::alloc_device(kThumbBytes * size_t(max_batch));
   records_ = cuda::alloc_mapped(sizeof(PublishedRecord) * kRecordRing);

@@ -11,6 +11,11 @@
 
 namespace framefuse::cuda {
 
+//! Sub-allocations inside one device buffer start on this boundary: aligned vector access for any
+//! dtype, whatever odd sizes come before.
+inline constexpr size_t kAlign = 256;
+constexpr size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
 //! Throws DeviceError("<what>: <cuda error string>") unless err is cudaSuccess.
 inline void check(cudaError_t err, const char* what) {
   if (err != cudaSuccess) throw DeviceError(std::string(what) + ": " + cudaGetErrorString(err));

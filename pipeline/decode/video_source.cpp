@@ -10,6 +10,7 @@
 #include <spdlog/fmt/fmt.h>
 
 #include "pipeline/decode/av_util.hpp"
+#include "pipeline/util/clock.hpp"
 #include "pipeline/decode/cuda_device_context.hpp"
 #include "pipeline/error.hpp"
 #include "pipeline/util/redact.hpp"
@@ -27,12 +28,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
-
-using FramePtr = AvFramePtr;
-
 //! A DecodedFrame::owner holding `f`.
-std::shared_ptr<const void> owner_of(FramePtr f) { return std::shared_ptr<const AVFrame>(std::move(f)); }
+std::shared_ptr<const void> owner_of(AvFramePtr f) { return std::shared_ptr<const AVFrame>(std::move(f)); }
 
 //! Formats the ops read in place; others are converted (see conversion_target).
 std::optional<ops::PixelFormat> direct_format(AVPixelFormat f) {
@@ -111,7 +108,7 @@ struct VideoSource::Impl {
   AvFormatPtr format;
   AvCodecPtr codec;
   AvPacketPtr packet{av_packet_alloc()};
-  FramePtr frame{av_frame_alloc()};
+  AvFramePtr frame{av_frame_alloc()};
   int stream_index = -1;
   double time_base = 0;
   double fps = 0;
@@ -168,7 +165,7 @@ struct VideoSource::Impl {
     auto* self = static_cast<Impl*>(opaque);
     if (self->interrupted.load(std::memory_order_relaxed)) return 1;
     const int64_t d = self->deadline_ns.load(std::memory_order_relaxed);
-    if (d != 0 && now_ns() > d) {
+    if (d != 0 && steady_now_ns() > d) {
       self->deadline_hit.store(true, std::memory_order_relaxed);
       return 1;
     }
@@ -185,7 +182,7 @@ struct VideoSource::Impl {
   template <class Duration>
   void arm_deadline(Duration timeout) {
     deadline_hit = false;
-    deadline_ns = rtsp() ? now_ns() + std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count() : 0;
+    deadline_ns = rtsp() ? steady_now_ns() + std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count() : 0;
   }
 
   //! Why an FFmpeg call failed during open(): interruption, our deadline, or the error code.
@@ -470,7 +467,7 @@ struct VideoSource::Impl {
     info.matrix = map_matrix(frame->colorspace, frame->height);
     info.range = map_range(frame->color_range, pix == AV_PIX_FMT_CUDA ? codec->sw_pix_fmt : pix);
     info.chroma_location = map_chroma_location(frame->chroma_location);
-    FramePtr out(av_frame_alloc());
+    AvFramePtr out(av_frame_alloc());
     if (!out) fail("out of memory");
     DecodedFrame d;
     if (pix == AV_PIX_FMT_CUDA) {
@@ -584,7 +581,7 @@ uint64_t VideoSource::decode_errors() const { return impl_->errors.load(std::mem
 DecodedFrame to_host(const DecodedFrame& frame) {
   if (frame.memory != FrameMemory::Device) return frame;
   const auto* surface = static_cast<const AVFrame*>(frame.owner.get());
-  FramePtr host(av_frame_alloc());
+  AvFramePtr host(av_frame_alloc());
   if (!host) throw MediaError("out of memory");
   if (const int err = av_hwframe_transfer_data(host.get(), surface, 0); err < 0)
     throw MediaError(fmt::format("downloading a {} frame from the GPU: {}", describe(frame.info), av_error(err)));

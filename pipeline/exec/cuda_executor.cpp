@@ -6,13 +6,6 @@
 #include "pipeline/error.hpp"
 
 namespace framefuse {
-namespace {
-//! Every plane and tensor region starts on a 256-byte boundary: aligned vector access for any
-//! dtype whatever the odd sizes before it.
-constexpr size_t kAlign = 256;
-constexpr size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-}  // namespace
-
 CudaExecutor::CudaExecutor(int index) : device_(index) {
   cuda::check(cudaSetDevice(device_), "cudaSetDevice");
   cudaDeviceProp prop{};
@@ -34,7 +27,7 @@ void CudaExecutor::setup(const FrameInfo& frame, const ops::ColorParams& color, 
   for (int i = 0; i < ops::plane_count(frame.format); ++i) {
     const auto s = ops::plane_shape(frame.format, frame.width, frame.height, i);
     plane_offsets_[size_t(i)] = frame_bytes_;
-    frame_bytes_ = align_up(frame_bytes_ + size_t(s.row_bytes) * s.rows);
+    frame_bytes_ = cuda::align_up(frame_bytes_ + size_t(s.row_bytes) * s.rows);
   }
   out_bytes_.clear();
   out_offsets_.clear();
@@ -42,7 +35,7 @@ void CudaExecutor::setup(const FrameInfo& frame, const ops::ColorParams& color, 
   for (const auto& p : plans) {
     out_bytes_.push_back(p.bytes_per_frame);
     out_offsets_.push_back(out_total);
-    out_total = align_up(out_total + p.bytes_per_frame * max_batch);
+    out_total = cuda::align_up(out_total + p.bytes_per_frame * max_batch);
   }
   copy_ = cuda::make_stream();
   compute_ = cuda::make_stream();

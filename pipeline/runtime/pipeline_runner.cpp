@@ -12,6 +12,7 @@
 #include "pipeline/exec/device.hpp"
 #include "pipeline/runtime/bounded_queue.hpp"
 #include "pipeline/sinks/sink.hpp"
+#include "pipeline/util/clock.hpp"
 #include "pipeline/util/log_limiter.hpp"
 #include "pipeline/util/redact.hpp"
 
@@ -19,10 +20,6 @@ namespace framefuse {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-
-int64_t steady_ns(Clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-}
 
 //! The stall watchdog looks at a live source at least this often.
 constexpr auto kWatchdogTick = std::chrono::milliseconds(250);
@@ -153,7 +150,7 @@ void PipelineRunner::start() {
         source.open();
         stats_.set_decoder(source.decoder() == DecoderKind::Nvdec ? "nvdec" : "cpu");
         impl_->frame_rate.store(source.frame_rate(), std::memory_order_relaxed);   // published by the queue push
-        impl_->activity_ns.store(steady_ns(Clock::now()), std::memory_order_relaxed);
+        impl_->activity_ns.store(steady_now_ns(), std::memory_order_relaxed);
         std::atomic_thread_fence(std::memory_order_release);
         stats_.set_state(SourceState::Streaming);
         while (auto frame = source.read()) {
@@ -246,7 +243,7 @@ void PipelineRunner::start() {
         auto streaming = static_cast<uint8_t>(SourceState::Streaming);
         if (stats_.state.load(std::memory_order_relaxed) != streaming) continue;
         std::atomic_thread_fence(std::memory_order_acquire);
-        if (steady_ns(Clock::now()) - impl_->activity_ns.load(std::memory_order_relaxed) < stall_ns) continue;
+        if (steady_now_ns() - impl_->activity_ns.load(std::memory_order_relaxed) < stall_ns) continue;
         if (!stats_.state.compare_exchange_strong(streaming, static_cast<uint8_t>(SourceState::Stalled))) continue;
         lock.unlock();
         log_limited(impl_->log, spdlog::level::warn, line, line);

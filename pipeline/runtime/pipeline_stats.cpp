@@ -5,11 +5,6 @@
 
 namespace framefuse {
 
-int64_t steady_now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 void PipelineStats::observe_latency(double seconds) {
   size_t i = 0;
   while (i < kLatencyBuckets.size() && seconds > kLatencyBuckets[i]) ++i;

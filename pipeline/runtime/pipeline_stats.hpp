@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "pipeline/util/clock.hpp"
+
 #include "pipeline/control/control_step.hpp"
 
 namespace framefuse {
@@ -62,9 +64,6 @@ struct PipelineSnapshot {
   std::optional<ControlSnapshot> control;   //!< set once a control iteration completed
   std::vector<std::string> outputs;   //!< output names, in spec order (set by the owner of the spec)
 };
-
-//! steady_clock now, in ns since its epoch (the clock of last_frame_ns).
-int64_t steady_now_ns();
 
 class PipelineStats {
  public:

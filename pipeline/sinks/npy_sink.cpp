@@ -11,6 +11,7 @@
 #include <system_error>
 
 #include "pipeline/error.hpp"
+#include "pipeline/util/text_escape.hpp"
 
 namespace framefuse {
 namespace fs = std::filesystem;
@@ -57,19 +58,6 @@ std::string npy_header(const char* descr, const std::vector<int64_t>& shape, siz
   h.append(size - h.size() - 1, ' ');
   h += '\n';
   return h;
-}
-
-std::string json_string(std::string_view s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      out += fmt::format("\\u{:04x}", static_cast<int>(c));
-      continue;
-    }
-    out += c;
-  }
-  return out + "\"";
 }
 
 std::string errno_text() { return std::error_code(errno, std::generic_category()).message(); }

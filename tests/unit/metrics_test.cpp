@@ -18,7 +18,7 @@
 
 #include "daemon/metrics/prometheus.hpp"
 #include "daemon/metrics/status_json.hpp"
-#include "daemon/metrics/text_escape.hpp"
+#include "pipeline/util/text_escape.hpp"
 
 namespace framefuse::daemon {
 namespace {

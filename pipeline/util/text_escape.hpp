@@ -1,10 +1,10 @@
 #pragma once
-//! Escaping for the texts the daemon serves. Input bytes that are not valid UTF-8 become U+FFFD, so
+//! Escaping for the texts framefuse writes (metrics, JSON status, sink metadata, JSON logs). Input bytes that are not valid UTF-8 become U+FFFD, so
 //! a stray Latin-1 file name or FFmpeg message never makes a scrape or a JSON document invalid.
 #include <string>
 #include <string_view>
 
-namespace framefuse::daemon {
+namespace framefuse {
 
 //! `s` with every invalid UTF-8 sequence replaced by U+FFFD.
 std::string valid_utf8(std::string_view s);
@@ -18,4 +18,4 @@ std::string json_string(std::string_view s);
 //! JSON number; NaN and infinities (not representable in JSON) become null.
 std::string json_number(double v);
 
-}  // namespace framefuse::daemon
+}  // namespace framefuse

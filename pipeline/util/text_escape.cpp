@@ -1,10 +1,10 @@
-#include "daemon/metrics/text_escape.hpp"
+#include "pipeline/util/text_escape.hpp"
 
 #include <cmath>
 #include <cstdint>
 #include <spdlog/fmt/fmt.h>
 
-namespace framefuse::daemon {
+namespace framefuse {
 namespace {
 
 //! Length of the valid UTF-8 sequence starting at s[i], or 0 when it is invalid (RFC 3629:
@@ -90,4 +90,4 @@ std::string json_string(std::string_view s) {
 
 std::string json_number(double v) { return std::isfinite(v) ? fmt::format("{}", v) : "null"; }
 
-}  // namespace framefuse::daemon
+}  // namespace framefuse
