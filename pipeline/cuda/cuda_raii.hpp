@@ -64,6 +64,29 @@ inline Event make_event(bool timing = false) {
   return Event(e);
 }
 
+//! A captured and instantiated CUDA graph.
+struct CapturedGraph {
+  Graph graph;
+  GraphExec exec;
+  size_t nodes = 0;   //!< top-level nodes of `graph`
+};
+
+//! Captures what `enqueue(stream)` puts on `stream` (thread-local capture mode) and instantiates it.
+template <class Enqueue>
+CapturedGraph capture_graph(cudaStream_t stream, Enqueue&& enqueue) {
+  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+  enqueue(stream);
+  cudaGraph_t raw_graph{};
+  check(cudaStreamEndCapture(stream, &raw_graph), "end capture");
+  CapturedGraph g;
+  g.graph = Graph(raw_graph);
+  check(cudaGraphGetNodes(g.graph, nullptr, &g.nodes), "graph nodes");
+  cudaGraphExec_t raw_exec{};
+  check(cudaGraphInstantiate(&raw_exec, g.graph, 0), "instantiate graph");
+  g.exec = GraphExec(raw_exec);
+  return g;
+}
+
 //! Untyped device or pinned-host allocation of `bytes`.
 template <cudaError_t (*Free)(void*)>
 class Buffer {

@@ -182,9 +182,9 @@ void NpySink::write(int64_t frame_index, std::span<const std::byte* const> outpu
   if (outputs.size() != outputs_.size())
     throw std::logic_error(fmt::format("pipeline '{}' sink: {} outputs given, {} planned", pipeline_,
                                        outputs.size(), outputs_.size()));
+  const auto name = fmt::format("{:08d}.npy", frame_index);
   for (size_t k = 0; k < outputs_.size(); ++k) {
     Output& o = outputs_[k];
-    const auto name = fmt::format("{:08d}.npy", frame_index);
     if (frames_per_file_ == 1) {
       AtomicFile f(o.dir / name, pipeline_);
       const std::string header = npy_header(npy_descr(o.plan.params.store.dtype), o.plan.shape);

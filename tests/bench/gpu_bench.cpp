@@ -134,14 +134,7 @@ std::unique_ptr<Instance> make_instance(const FrameInfo& info, std::span<const O
   cuda::check(cudaMemcpy(in->slots.as(), frames.data(), frames.size_bytes(), cudaMemcpyHostToDevice), "slots");
   in->params = cuda::alloc_device(sizeof(FusedParams));
   cuda::check(cudaMemcpy(in->params.as(), &in->fused.params(), sizeof(FusedParams), cudaMemcpyHostToDevice), "params");
-  cudaGraph_t g{};
-  cuda::check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
-  in->fused.run(stream);
-  cuda::check(cudaStreamEndCapture(stream, &g), "capture");
-  const cuda::Graph graph(g);
-  cudaGraphExec_t exec{};
-  cuda::check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  in->graph = cuda::GraphExec(exec);
+  in->graph = cuda::capture_graph(stream, [&](cudaStream_t st) { in->fused.run(st); }).exec;
   return in;
 }
 

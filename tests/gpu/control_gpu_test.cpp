@@ -608,17 +608,10 @@ TEST(GpuControlGraph, ReplayedIterationEqualsStreamLaunches) {
   }
   const FrameSlot first{dev[0].view, color};
   replayed.set_frames({&first, 1});
-  cudaGraph_t raw_graph{};
-  cuda::check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
-  replayed.control.run(replayed.fused, 1, stream);
-  cuda::check(cudaStreamEndCapture(stream, &raw_graph), "end capture");
-  const cuda::Graph graph(raw_graph);
-  size_t nodes = 0;
-  cuda::check(cudaGraphGetNodes(graph, nullptr, &nodes), "graph nodes");
-  EXPECT_EQ(nodes, 4u) << "expected the parameter upload, control step, fused and statistics kernels";
-  cudaGraphExec_t raw_exec{};
-  cuda::check(cudaGraphInstantiate(&raw_exec, graph, 0), "instantiate graph");
-  const cuda::GraphExec exec(raw_exec);
+  const cuda::CapturedGraph captured =
+      cuda::capture_graph(stream, [&](cudaStream_t s) { replayed.control.run(replayed.fused, 1, s); });
+  EXPECT_EQ(captured.nodes, 4u) << "expected the parameter upload, control step, fused and statistics kernels";
+  const cuda::GraphExec& exec = captured.exec;
 
   const auto compare = [&](uint64_t iteration) {
     const ControlRecord a = launched.record(), b = replayed.record();

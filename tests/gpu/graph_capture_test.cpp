@@ -40,17 +40,9 @@ TEST(GraphCapture, ReplaysWithNewBatchContents) {
   fused.set_batch(slots_of({0, 1, 2}), out_a.ptrs());
 
   const cuda::Stream stream = cuda::make_stream();
-  cudaGraph_t raw_graph{};
-  cuda::check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
-  fused.run(stream);
-  cuda::check(cudaStreamEndCapture(stream, &raw_graph), "end capture");
-  const cuda::Graph graph(raw_graph);
-  size_t nodes = 0;
-  cuda::check(cudaGraphGetNodes(graph, nullptr, &nodes), "graph nodes");
-  EXPECT_EQ(nodes, 2u) << "expected the parameter staging kernel and the one fused kernel";
-  cudaGraphExec_t raw_exec{};
-  cuda::check(cudaGraphInstantiate(&raw_exec, graph, 0), "instantiate graph");
-  const cuda::GraphExec exec(raw_exec);
+  const cuda::CapturedGraph captured = cuda::capture_graph(stream, [&](cudaStream_t s) { fused.run(s); });
+  EXPECT_EQ(captured.nodes, 2u) << "expected the parameter staging kernel and the one fused kernel";
+  const cuda::GraphExec& exec = captured.exec;
 
   struct Replay {
     std::vector<int> frames;
