@@ -718,9 +718,6 @@ ControlSpec read_control(const Value& v, const std::vector<OutputSpec>& outputs)
   const Map m = v.map({"enabled", "delay_frames", "auto_gain", "roi_follow", "health"});
   ControlSpec c;
   c.enabled = section_enabled(m);
-  if (c.enabled && outputs.size() > size_t(kMaxOutputs - 1))
-    v.fail(fmt::format("control takes one of the {} fused outputs for its thumbnail: at most {} outputs, got {}",
-                       kMaxOutputs, kMaxOutputs - 1, outputs.size()));
   if (const auto x = m.get("delay_frames")) c.delay_frames = static_cast<int32_t>(x->integer(1, control::kMaxDelay));
   if (const auto x = m.get("auto_gain")) c.auto_gain = read_auto_gain(*x, outputs);
   if (const auto x = m.get("roi_follow")) c.roi_follow = read_roi_follow(*x, outputs);

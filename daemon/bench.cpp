@@ -2,27 +2,43 @@
 
 #include <spdlog/fmt/fmt.h>
 #include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <memory>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
+#include "pipeline/util/clock.hpp"
 #include "pipeline/util/text_escape.hpp"
 #include "pipeline/decode/video_source.hpp"
 #include "pipeline/exec/device.hpp"
 #include "pipeline/runtime/pipeline_runner.hpp"
 #include "pipeline/workloads.hpp"
 
+#if FRAMEFUSE_HAVE_CUDA
+#include "pipeline/cuda/cuda_raii.hpp"
+#include "pipeline/exec/cuda_executor.hpp"
+#endif
+
 namespace framefuse::daemon {
 
 namespace {
+
+//! Frames a paced stream may end late before it counts as not holding real time: a live source's
+//! default queue (PipelineSpec::queue_depth).
+constexpr double kLiveSlackFrames = 4;
+
+//! Iterations in flight in the executor-alone runs: enough to keep the device busy.
+constexpr int kEngineInFlight = 3;
 
 //! Stream `i` of the benchmark as a pipeline: the clip looped up to `frames`, null sink.
 PipelineSpec bench_pipeline(const BenchOptions& o, int i) {
@@ -35,6 +51,106 @@ PipelineSpec bench_pipeline(const BenchOptions& o, int i) {
   p.outputs = {workloads::classify_spec(), workloads::detect_spec()};
   p.sink.kind = SinkKind::Null;
   return p;
+}
+
+//! The process' resident set now, MiB (/proc/self/statm), 0 where unreadable.
+double rss_mib_now() {
+  std::ifstream statm("/proc/self/statm");
+  uint64_t size = 0, resident = 0;
+  if (!(statm >> size >> resident)) return 0;
+  return double(resident) * double(sysconf(_SC_PAGESIZE)) / (1024.0 * 1024.0);
+}
+
+//! GPU memory in use (cudaMemGetInfo, device `gpu` when >= 0) and the process RSS now.
+StreamMemory memory_now(int gpu) {
+  StreamMemory m;
+  m.rss_mib = rss_mib_now();
+  if (gpu >= 0) {
+    const int32_t d = gpu;
+    const auto g = gpu_memory(std::span(&d, 1));
+    if (!g.empty()) m.gpu_mib = double(g[0].used_bytes) / (1024.0 * 1024.0);
+  }
+  return m;
+}
+
+//! Samples memory_now() every 20 ms from construction until per_stream(); reports the most seen
+//! less `base`, the process before any stream ran (after the warm-up): an upper bound, as freed
+//! host memory the allocator keeps from earlier phases counts too.
+class MemorySampler {
+ public:
+  MemorySampler(int gpu, const StreamMemory& base) : gpu_(gpu), base_(base), peak_(memory_now(gpu)) {
+    thread_ = std::jthread([this](std::stop_token stop) {
+      while (!stop.stop_requested()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        const StreamMemory now = memory_now(gpu_);
+        peak_.gpu_mib = std::max(peak_.gpu_mib, now.gpu_mib);
+        peak_.rss_mib = std::max(peak_.rss_mib, now.rss_mib);
+      }
+    });
+  }
+  StreamMemory per_stream(int streams) {
+    thread_.request_stop();
+    thread_.join();
+    StreamMemory m;
+    if (gpu_ >= 0) m.gpu_mib = (peak_.gpu_mib - base_.gpu_mib) / streams;
+    m.rss_mib = (peak_.rss_mib - base_.rss_mib) / streams;
+    return m;
+  }
+
+ private:
+  const int gpu_;
+  const StreamMemory base_;
+  StreamMemory peak_;   // written by the thread until joined
+  std::jthread thread_;
+};
+
+//! What N pipelines did, summed over them.
+struct PipelinesRun {
+  uint64_t frames = 0, dropped = 0;
+  std::array<uint64_t, kLatencyBuckets.size() + 1> latency{};
+  std::string decoder, frame;
+  bool all_frames = true;   //!< every pipeline processed max_frames frames
+  //! Paced sources: the most any stream's last frame came after its due time (first frame +
+  //! (frames - 1) / fps), seconds; the first frame is seen by polling every 10 ms.
+  double late_s = 0;
+};
+
+//! Runs `specs` (file sources, max_frames set) to their end, in parallel. Throws when one fails.
+//! `fps` > 0: also measures how late paced streams ended (PipelinesRun::late_s).
+PipelinesRun run_pipelines(const std::vector<PipelineSpec>& specs, const DeviceSpec& device, double fps = 0) {
+  std::vector<std::unique_ptr<PipelineRunner>> runners;
+  for (const auto& spec : specs) runners.push_back(std::make_unique<PipelineRunner>(spec, device));
+  for (auto& runner : runners) runner->start();
+  std::vector<int64_t> first_ns(runners.size(), 0);
+  for (bool all_done = false; fps > 0 && !all_done;) {
+    all_done = true;
+    for (size_t i = 0; i < runners.size(); ++i) {
+      if (!first_ns[i] && runners[i]->stats().frames_decoded.load(std::memory_order_relaxed) > 0)
+        first_ns[i] = steady_now_ns();
+      all_done = all_done && runners[i]->done();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  PipelinesRun run;
+  for (size_t i = 0; i < runners.size(); ++i) {
+    PipelineRunner& runner = *runners[i];
+    runner.join();   // file sources end after max_frames; join returns once the queue drained
+    const PipelineSnapshot s = runner.stats().snapshot();
+    if (s.state == SourceState::Failed)
+      throw std::runtime_error(fmt::format("pipeline '{}': {}", runner.spec().name, s.last_error));
+    run.frames += s.frames_processed;
+    for (const uint64_t d : s.dropped) run.dropped += d;
+    const int64_t want = runner.spec().source.max_frames;
+    if (int64_t(s.frames_processed) != want) run.all_frames = false;
+    if (fps > 0 && first_ns[i]) {
+      const double span = 1e-9 * double(runner.stats().last_frame_ns.load() - first_ns[i]);
+      run.late_s = std::max(run.late_s, span - double(want - 1) / fps);
+    }
+    for (size_t b = 0; b < run.latency.size(); ++b) run.latency[b] += s.latency_counts[b];
+    run.decoder = s.decoder;
+    run.frame = s.frame;
+  }
+  return run;
 }
 
 //! Process CPU time (user + system, seconds) and peak RSS (MiB) so far.
@@ -94,6 +210,202 @@ uint64_t decode_only(const BenchOptions& o, const DeviceSpec& device, PhaseResul
   return total;
 }
 
+#if FRAMEFUSE_HAVE_CUDA
+double thread_cpu_us() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return 1e6 * double(t.tv_sec) + 1e-3 * double(t.tv_nsec);
+}
+
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(q * double(v.size())))];
+}
+
+//! The parts of [begin, end) covered by `merged` (sorted, disjoint intervals).
+double covered(double begin, double end, const std::vector<std::pair<double, double>>& merged) {
+  double c = 0;
+  for (const auto& [b, e] : merged) c += std::max(0.0, std::min(e, end) - std::max(b, begin));
+  return c;
+}
+
+//! Sorted, disjoint union of `v`.
+std::vector<std::pair<double, double>> merge(std::vector<std::pair<double, double>> v) {
+  std::sort(v.begin(), v.end());
+  std::vector<std::pair<double, double>> out;
+  for (const auto& i : v) {
+    if (!out.empty() && i.first <= out.back().second) {
+      out.back().second = std::max(out.back().second, i.second);
+    } else {
+      out.push_back(i);
+    }
+  }
+  return out;
+}
+
+//! The executor alone on `frames` (all of one memory kind), `iterations` submits with the ring
+//! full, outputs left in the executor (complete({})); CPU time counted inside submit() only.
+//! `record_times`: also the upload/compute overlap (event nodes in the iteration).
+EngineResult engine_run(const DeviceSpec& device, const FrameInfo& info, const PipelineSpec& spec,
+                        const std::vector<ops::ImageView>& frames, FrameMemory memory, bool graphs, int iterations,
+                        bool record_times) {
+  constexpr int kWarmup = 50;
+  CudaExecutor exec(device.index, {.in_flight = kEngineInFlight, .graphs = graphs, .record_times = record_times});
+  const auto plans = make_output_plans(spec, info);
+  exec.setup(info, make_color_params(spec.color, info), plans, 1);
+  std::vector<IterationTimes> times;
+  std::vector<double> latency_ms;
+  int completed = 0;
+  const auto complete = [&] {
+    const Completion done = exec.complete({});
+    if (completed++ >= kWarmup) {
+      if (done.device_seconds) latency_ms.push_back(1e3 * *done.device_seconds);
+      if (const auto t = exec.last_times()) times.push_back(*t);
+    }
+  };
+  double cpu_us = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < kWarmup + iterations; ++i) {
+    if (i == kWarmup) t0 = std::chrono::steady_clock::now();
+    if (exec.in_flight() == exec.max_in_flight()) complete();
+    const ops::ImageView& view = frames[size_t(i) % frames.size()];
+    const double before = thread_cpu_us();
+    exec.submit({&view, 1}, {&memory, 1}, {});
+    if (i >= kWarmup) cpu_us += thread_cpu_us() - before;
+  }
+  while (exec.in_flight() > 0) complete();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  EngineResult r;
+  r.mode = graphs ? "graph" : "stream";
+  r.memory = memory == FrameMemory::Device ? "device" : "pinned";
+  r.iterations = iterations;
+  r.submit_cpu_us = cpu_us / iterations;
+  r.fps = iterations / seconds;
+  r.latency_p50_ms = quantile(latency_ms, 0.50);
+  r.latency_p99_ms = quantile(latency_ms, 0.99);
+  std::vector<std::pair<double, double>> kernels, busy;
+  double upload = 0;
+  for (const auto& t : times) {
+    kernels.emplace_back(t.compute_begin, t.consumed);
+    busy.emplace_back(t.compute_begin, t.ready);
+    if (t.uploaded) upload += t.input_ready - t.input_begin;
+  }
+  if (upload > 0) {
+    const auto k = merge(kernels), b = merge(busy);
+    double under_kernels = 0, under_any = 0;
+    for (const auto& t : times) {
+      under_kernels += covered(t.input_begin, t.input_ready, k);
+      under_any += covered(t.input_begin, t.input_ready, b);
+    }
+    r.overlap = under_kernels / upload;
+    r.overlap_busy = under_any / upload;
+  }
+  return r;
+}
+
+//! Graph replay vs stream launches of the same iteration, on frames of the clip in device memory
+//! (as NVDEC leaves them) and in pinned memory (uploaded per frame, as software decoding leaves them).
+std::vector<EngineResult> engine_bench(const BenchOptions& o, const DeviceSpec& device) {
+  constexpr int kFrames = 8, kIterations = 2000, kTimed = 500;
+  PipelineSpec spec = bench_pipeline(o, 0);
+  spec.source.max_frames = kFrames;
+  DecodeOptions decode;
+  decode.decoder = DecoderKind::Cpu;
+  decode.threads = 1;   // frame threads would hold pool slots
+  decode.pool = FramePool::create(kFrames + 20, device.index);
+  VideoSource source(spec.source, spec.name, decode);
+  source.open();
+  std::vector<DecodedFrame> decoded;
+  while (auto f = source.read()) decoded.push_back(std::move(*f));
+  if (decoded.empty()) throw std::runtime_error(fmt::format("{}: no frame decoded", o.clip));
+  const FrameInfo info = decoded.front().info;
+  std::vector<ops::ImageView> pinned, on_device;
+  std::vector<cuda::DeviceBuffer> device_planes;
+  for (const auto& f : decoded) {
+    if (f.memory != FrameMemory::Pinned || !(f.info == info)) continue;
+    pinned.push_back(f.view);
+    ops::ImageView v = f.view;
+    for (int i = 0; i < ops::plane_count(info.format); ++i) {
+      const auto shape = ops::plane_shape(info.format, info.width, info.height, i);
+      device_planes.push_back(cuda::alloc_device(size_t(f.view.pitch[i]) * shape.rows));
+      const cuda::DeviceBuffer& plane = device_planes.back();
+      cuda::check(cudaMemcpy(plane.as(), f.view.data[i], plane.size(), cudaMemcpyHostToDevice), "upload bench frame");
+      v.data[i] = device_planes.back().as<const uint8_t>();
+    }
+    on_device.push_back(v);
+  }
+  if (pinned.empty()) throw std::runtime_error(fmt::format("{}: frames did not decode into the pinned pool", o.clip));
+  std::vector<EngineResult> results;
+  for (const bool graphs : {true, false}) {
+    results.push_back(engine_run(device, info, spec, on_device, FrameMemory::Device, graphs, kIterations, false));
+    EngineResult uploaded = engine_run(device, info, spec, pinned, FrameMemory::Pinned, graphs, kIterations, false);
+    const EngineResult timed = engine_run(device, info, spec, pinned, FrameMemory::Pinned, graphs, kTimed, true);
+    uploaded.overlap = timed.overlap;
+    uploaded.overlap_busy = timed.overlap_busy;
+    results.push_back(uploaded);
+  }
+  return results;
+}
+#endif
+
+//! `streams` pipelines on the clip paced at `fps` (realtime: true) for o.live_seconds.
+LiveTrial live_trial(const BenchOptions& o, const DeviceSpec& device, int streams, double fps,
+                     const StreamMemory& base) {
+  std::vector<PipelineSpec> specs;
+  const int64_t frames = std::max<int64_t>(2, std::llround(o.live_seconds * fps));
+  for (int i = 0; i < streams; ++i) {
+    PipelineSpec p = bench_pipeline(o, i);
+    p.name = fmt::format("live-{}", i);
+    p.source.realtime = true;
+    p.source.max_frames = frames;
+    specs.push_back(std::move(p));
+  }
+  LiveTrial t;
+  t.streams = streams;
+  MemorySampler memory(device.kind == DeviceKind::Cuda ? device.index : -1, base);
+  const auto t0 = std::chrono::steady_clock::now();
+  const PipelinesRun run = run_pipelines(specs, device, fps);
+  t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  t.memory = memory.per_stream(streams);
+  t.frames = run.frames;
+  t.dropped = run.dropped;
+  t.late_s = run.late_s;
+  t.latency_p50_s = latency_quantile(run.latency, 0.50);
+  t.latency_p99_s = latency_quantile(run.latency, 0.99);
+  // A live source queues kLiveSlackFrames frames before it drops: later than that would have
+  // dropped. (Latency is reported, not judged: a short trial's p99 holds its start-up frames.)
+  t.held = run.all_frames && run.dropped == 0 && run.late_s <= kLiveSlackFrames / fps;
+  fmt::print(stderr, "bench: {} real-time stream(s): {} ({} frames, {} dropped, {:.1f} ms late)\n", streams,
+             t.held ? "held" : "not held", t.frames, t.dropped, 1e3 * t.late_s);
+  return t;
+}
+
+//! The most streams (<= o.live_streams) that hold: doubling from 8, then bisecting to within
+//! ~10 %; then one trial at 80 % of that for the latency at that load.
+void live_search(const BenchOptions& o, const DeviceSpec& device, double fps, const StreamMemory& base,
+                 BenchResult& result) {
+  int held = 0, failed = o.live_streams + 1;
+  for (int n = std::min(8, o.live_streams);;) {
+    result.live.push_back(live_trial(o, device, n, fps, base));
+    if (!result.live.back().held) {
+      failed = n;
+      break;
+    }
+    held = n;
+    if (n == o.live_streams) break;
+    n = std::min(2 * n, int(o.live_streams));
+  }
+  while (failed - held > std::max(1, held / 10)) {
+    const int n = (held + failed) / 2;
+    result.live.push_back(live_trial(o, device, n, fps, base));
+    (result.live.back().held ? held : failed) = n;
+  }
+  result.live_held = held;
+  if (held > 0) result.live.push_back(live_trial(o, device, std::max(1, int(std::lround(0.8 * held))), fps, base));
+}
+
 }  // namespace
 
 double latency_quantile(const std::array<uint64_t, kLatencyBuckets.size() + 1>& counts, double q) {
@@ -121,36 +433,37 @@ BenchResult run_bench(const BenchOptions& o) {
 
   // Untimed warm-up: the process's CUDA context, NVDEC and FFmpeg start-up would otherwise land in
   // whichever phase runs first.
+  double fps = 0;   // the clip's frame rate, for the real-time trials
   {
     const PipelineSpec spec = bench_pipeline(o, 0);
     VideoSource source(spec.source, spec.name, decode_options(spec, device));
     source.open();
     for (int i = 0; i < 8 && source.read(); ++i) {
     }
+    fps = source.frame_rate() > 0 ? source.frame_rate() : 30;
   }
+  const int gpu = device.kind == DeviceKind::Cuda ? device.index : -1;
+  const StreamMemory base = memory_now(gpu);
   result.decode = measure([&](PhaseResult& r) { return decode_only(o, device, r); });
 
   std::array<uint64_t, kLatencyBuckets.size() + 1> latency{};
   result.pipeline = measure([&](PhaseResult& r) {
-    std::vector<std::unique_ptr<PipelineRunner>> runners;
-    for (int i = 0; i < o.streams; ++i)
-      runners.push_back(std::make_unique<PipelineRunner>(bench_pipeline(o, i), device));
-    for (auto& runner : runners) runner->start();
-    uint64_t total = 0;
-    for (auto& runner : runners) {
-      runner->join();   // file sources end after max_frames; join returns once the queue drained
-      const PipelineSnapshot s = runner->stats().snapshot();
-      if (s.state == SourceState::Failed)
-        throw std::runtime_error(fmt::format("pipeline '{}': {}", runner->spec().name, s.last_error));
-      total += s.frames_processed;
-      for (size_t b = 0; b < latency.size(); ++b) latency[b] += s.latency_counts[b];
-      r.decoder = s.decoder;
-      result.frame = s.frame;
-    }
-    return total;
+    std::vector<PipelineSpec> specs;
+    for (int i = 0; i < o.streams; ++i) specs.push_back(bench_pipeline(o, i));
+    MemorySampler memory(gpu, base);
+    const PipelinesRun run = run_pipelines(specs, device);
+    result.pipeline_memory = memory.per_stream(o.streams);
+    latency = run.latency;
+    r.decoder = run.decoder;
+    result.frame = run.frame;
+    return run.frames;
   });
   result.latency_p50_s = latency_quantile(latency, 0.50);
   result.latency_p99_s = latency_quantile(latency, 0.99);
+#if FRAMEFUSE_HAVE_CUDA
+  if (device.kind == DeviceKind::Cuda) result.engine = engine_bench(o, device);
+#endif
+  if (o.live_streams > 0) live_search(o, device, fps, base, result);
   return result;
 }
 
@@ -164,6 +477,16 @@ std::string latency_text(double seconds) {
 std::string phase_row(const char* name, const PhaseResult& p, int streams) {
   return fmt::format("{:<16}{:>8}{:>10.3f}{:>12.1f}{:>12.1f}{:>14.2f}{:>15.1f}  {}\n", name, p.frames, p.seconds,
                      p.fps(), p.fps() / streams, p.cpu_ms_per_frame(), p.peak_rss_mib, p.decoder);
+}
+
+std::string memory_text(const char* what, const StreamMemory& m) {
+  return fmt::format("{} memory per stream: GPU {}, RSS {:.1f} MiB\n", what,
+                     m.gpu_mib < 0 ? std::string("-") : fmt::format("{:.1f} MiB", m.gpu_mib), m.rss_mib);
+}
+
+std::string memory_json(const StreamMemory& m) {
+  const std::string gpu = m.gpu_mib < 0 ? std::string("null") : json_number(m.gpu_mib);
+  return fmt::format(R"({{"gpu_mib": {}, "rss_mib": {}}})", gpu, json_number(m.rss_mib));
 }
 
 std::string phase_json(const PhaseResult& p, int streams) {
@@ -188,22 +511,65 @@ std::string format_bench_table(const BenchResult& r) {
   out += phase_row("pipeline", r.pipeline, n);
   out += fmt::format("pipeline latency, decode -> output (histogram bucket bounds): p50 {}, p99 {}\n",
                      latency_text(r.latency_p50_s), latency_text(r.latency_p99_s));
+  out += memory_text("pipeline", r.pipeline_memory);
+  if (!r.engine.empty()) {
+    out += fmt::format("\nexecutor alone ({} iterations, {} in flight, outputs not copied out; submit = thread CPU "
+                       "time in submit(); overlap from a run with event times):\n",
+                       r.engine.front().iterations, kEngineInFlight);
+    out += fmt::format("{:<8}{:<8}{:>14}{:>10}{:>22}{:>26}\n", "mode", "frames", "submit us/fr", "fps",
+                       "upload under kernels", "latency p50/p99 ms");
+    for (const auto& e : r.engine)
+      out += fmt::format("{:<8}{:<8}{:>14.2f}{:>10.0f}{:>22}{:>26}\n", e.mode, e.memory, e.submit_cpu_us, e.fps,
+                         e.overlap < 0 ? std::string("-")
+                                       : fmt::format("{:.0f} % ({:.0f} % busy)", 100 * e.overlap, 100 * e.overlap_busy),
+                         fmt::format("{:.3f} / {:.3f}", e.latency_p50_ms, e.latency_p99_ms));
+  }
+  if (!r.live.empty()) {
+    out += fmt::format("\nreal time ({} s trials, clip paced at its frame rate):\n", r.options.live_seconds);
+    out += fmt::format("{:>8}{:>6}{:>10}{:>9}{:>10}{:>22}{:>12}{:>12}\n", "streams", "held", "frames", "dropped",
+                       "late ms", "latency p50 / p99", "GPU MiB/st", "RSS MiB/st");
+    for (const auto& t : r.live)
+      out += fmt::format("{:>8}{:>6}{:>10}{:>9}{:>10.1f}{:>22}{:>12}{:>12.1f}\n", t.streams, t.held ? "yes" : "no",
+                         t.frames, t.dropped, 1e3 * t.late_s,
+                         latency_text(t.latency_p50_s) + " / " + latency_text(t.latency_p99_s),
+                         t.memory.gpu_mib < 0 ? std::string("-") : fmt::format("{:.1f}", t.memory.gpu_mib),
+                         t.memory.rss_mib);
+    out += fmt::format("most streams held: {}\n", r.live_held);
+  }
   out += fmt::format("\npipeline / decode ceiling = {:.1f} %\n", 100 * r.ratio());
   return out;
 }
 
 std::string format_bench_json(const BenchResult& r) {
   const int n = r.options.streams;
+  std::string engine, live;
+  for (const auto& e : r.engine)
+    engine += fmt::format(R"({}{{"mode": {}, "frames": {}, "iterations": {}, "submit_cpu_us": {}, "fps": {}, )"
+                          R"("upload_under_kernels": {}, "upload_under_busy": {}, )"
+                          R"("latency_p50_ms": {}, "latency_p99_ms": {}}})",
+                          engine.empty() ? "" : ", ", json_string(e.mode), json_string(e.memory), e.iterations,
+                          json_number(e.submit_cpu_us), json_number(e.fps),
+                          e.overlap < 0 ? std::string("null") : json_number(e.overlap),
+                          e.overlap_busy < 0 ? std::string("null") : json_number(e.overlap_busy),
+                          json_number(e.latency_p50_ms), json_number(e.latency_p99_ms));
+  for (const auto& t : r.live)
+    live += fmt::format(R"({}{{"streams": {}, "held": {}, "seconds": {}, "frames": {}, "dropped": {}, "late_ms": {}, )"
+                        R"("latency_p50_ms": {}, "latency_p99_ms": {}, "memory_per_stream": {}}})",
+                        live.empty() ? "" : ", ", t.streams, t.held ? "true" : "false", json_number(t.seconds),
+                        t.frames, t.dropped, json_number(1e3 * t.late_s), json_number(1e3 * t.latency_p50_s),
+                        json_number(1e3 * t.latency_p99_s), memory_json(t.memory));
   return fmt::format(
       "{{\"clip\": {}, \"frame\": {}, \"streams\": {}, \"frames_per_stream\": {}, \"device\": {}, "
       "\"outputs\": [\"classify\", \"detect\"], \"sink\": \"null\",\n"
       " \"decode\": {}}},\n"
       " \"pipeline\": {}, \"latency_p50_ms\": {}, \"latency_p99_ms\": {}, "
       "\"latency_resolution\": \"histogram bucket upper bound; null = above {} ms\"}},\n"
+      " \"memory_per_stream\": {},\n \"engine\": [{}],\n \"live\": {{\"held\": {}, \"trials\": [{}]}},\n"
       " \"ratio\": {}}}\n",
       json_string(r.options.clip), json_string(r.frame), n, r.options.frames, json_string(r.device),
       phase_json(r.decode, n), phase_json(r.pipeline, n), json_number(1e3 * r.latency_p50_s),
-      json_number(1e3 * r.latency_p99_s), 1e3 * kLatencyBuckets.back(), json_number(r.ratio()));
+      json_number(1e3 * r.latency_p99_s), 1e3 * kLatencyBuckets.back(), memory_json(r.pipeline_memory), engine,
+      r.live_held, live, json_number(r.ratio()));
 }
 
 }  // namespace framefuse::daemon

@@ -2,11 +2,14 @@
 //! `framefused bench`: how close the full pipeline comes to the decode ceiling on this host. Phase 1
 //! decodes the clip alone (N concurrent VideoSources, frames dropped); phase 2 runs N pipelines
 //! (canonical classify + detect outputs, null sink) on the same clip. Both phases time from start
-//! to the last stream done, opening included.
+//! to the last stream done, opening included. On a CUDA device it also measures the executor
+//! alone (submit-path CPU time with graph replay vs stream launches, copy/compute overlap, device
+//! latency), GPU memory and RSS per stream, and optionally the most real-time streams held.
 #include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "pipeline/runtime/pipeline_stats.hpp"
 #include "pipeline/spec.hpp"
@@ -20,6 +23,10 @@ struct BenchOptions {
   DecoderKind decoder = DecoderKind::Auto;
   DeviceSpec device;                     //!< unresolved (auto, cpu, cuda:N)
   std::optional<std::string> json_path;  //!< also write the results here as JSON
+  //! > 0: also find the most streams (up to this many) that hold real time with the clip paced at
+  //! its frame rate (`realtime: true`, as a live camera), each trial `live_seconds` long.
+  int32_t live_streams = 0;
+  int32_t live_seconds = 4;
   bool operator==(const BenchOptions&) const = default;
 };
 
@@ -33,6 +40,38 @@ struct PhaseResult {
   double cpu_ms_per_frame() const { return frames ? 1e3 * cpu_s / double(frames) : 0; }
 };
 
+//! Memory the streams of a phase added (most seen while it ran, less before it), per stream.
+struct StreamMemory {
+  double gpu_mib = -1;                   //!< cudaMemGetInfo used, -1 when not on a CUDA device
+  double rss_mib = 0;                    //!< process resident set
+};
+
+//! The CUDA executor alone, one mode (graph replay or stream launches) and one frame memory kind,
+//! `iterations` back to back with the ring full.
+struct EngineResult {
+  std::string mode;                      //!< "graph", "stream"
+  std::string memory;                    //!< "device" (frames on the GPU, as NVDEC's), "pinned" (uploaded)
+  int iterations = 0;
+  double submit_cpu_us = 0;              //!< thread CPU time in submit(), per frame
+  double fps = 0;                        //!< frames per second of the loop (submit + complete)
+  double overlap = -1;                   //!< share of upload time under some iteration's kernels; -1: no upload
+  double overlap_busy = -1;              //!< ... under some iteration's kernels or output copies
+  double latency_p50_ms = 0, latency_p99_ms = 0;   //!< device events: start of input -> outputs in host memory
+};
+
+//! One real-time trial: `streams` paced pipelines.
+struct LiveTrial {
+  int32_t streams = 0;
+  //! Every frame processed, no drop, no stream's last frame later than 4 frame intervals (a live
+  //! source's default queue) past its due time.
+  bool held = false;
+  double seconds = 0;                    //!< wall time of the trial
+  double late_s = 0;                     //!< the latest any stream's last frame came, past its due time
+  uint64_t frames = 0, dropped = 0;
+  double latency_p50_s = 0, latency_p99_s = 0;   //!< histogram bucket bounds, as BenchResult's
+  StreamMemory memory;
+};
+
 struct BenchResult {
   BenchOptions options;
   std::string device;                    //!< resolved: "cpu", "cuda:0"
@@ -41,6 +80,10 @@ struct BenchResult {
   //! Decode -> output latency of every pipeline frame: upper bounds of the histogram buckets
   //! (kLatencyBuckets) holding the quantile, seconds; +inf when beyond the last bound.
   double latency_p50_s = 0, latency_p99_s = 0;
+  StreamMemory pipeline_memory;
+  std::vector<EngineResult> engine;      //!< CUDA devices only
+  std::vector<LiveTrial> live;           //!< in the order run; the last is at 80 % of the most held
+  int32_t live_held = 0;                 //!< the most streams held (0: none, or not run)
   double ratio() const { return decode.fps() > 0 ? pipeline.fps() / decode.fps() : 0; }
 };
 

@@ -16,9 +16,11 @@ Usage:
   framefused check-config FILE       validate a config file and exit (0 = valid)
   framefused print-default-config    print every config key with its default
   framefused bench --clip FILE [--streams N] [--frames N] [--decoder auto|nvdec|cpu]
-                   [--device auto|cpu|cuda[:N]] [--json FILE]
+                   [--device auto|cpu|cuda[:N]] [--json FILE] [--live N] [--live-seconds S]
                                      decode ceiling vs full pipeline on N concurrent streams
-                                     (default 1 stream x 600 frames; classify + detect outputs)
+                                     (default 1 stream x 600 frames; classify + detect outputs);
+                                     CUDA: executor submit cost, overlap, memory per stream;
+                                     --live N: the most streams (<= N) held at the clip's rate
   framefused --help | --version
 
 Signals: SIGINT/SIGTERM drain in-flight frames and stop; SIGHUP reloads the config.
@@ -114,6 +116,10 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
         }
       } else if (flag == "--json") {
         b.json_path = value(flag);
+      } else if (flag == "--live") {
+        b.live_streams = static_cast<int32_t>(parse_int(flag, value(flag), 1, 256, "a stream count (1-256)"));
+      } else if (flag == "--live-seconds") {
+        b.live_seconds = static_cast<int32_t>(parse_int(flag, value(flag), 1, 3600, "seconds (1-3600)"));
       } else {
         throw std::invalid_argument("unknown option '" + flag + "' for bench (try --help)");
       }

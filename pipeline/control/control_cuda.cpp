@@ -1,91 +1,61 @@
 #include "pipeline/control/control_cuda.hpp"
 
-#include <atomic>
 #include <cstring>
 #include <spdlog/fmt/fmt.h>
 
-#include "pipeline/control/control_engine.hpp"
-
 namespace framefuse::control {
-namespace {
 
-constexpr size_t kThumbBytes = sizeof(float) * kThumbPixels;
-
-}  // namespace
-
-void CudaControl::setup(const ControlParams& params, int max_batch, cudaStream_t stream) {
-  const ops::Chain::Params& t = params.thumbnail;
-  if (t.store.width != kThumbW || t.store.height != kThumbH || t.store.channels != 1 ||
-      t.store.dtype != ops::DType::F32 || t.frame_stride != int64_t(kThumbBytes))
-    throw ConfigError(fmt::format("cuda control: the thumbnail output must be a {}x{} gray f32 tensor", kThumbW,
-                                  kThumbH));
+void CudaControl::setup(const ControlParams& params, cudaStream_t stream) {
   if (params.delay < 1 || params.delay > kMaxDelay || params.depth != params.delay + 1 || params.num_outputs < 1 ||
-      params.num_outputs > kMaxOutputs - 1)
+      params.num_outputs > kMaxOutputs)
     throw ConfigError(fmt::format("cuda control: delay {} / depth {} / {} outputs were not planned by "
                                   "make_control_params",
                                   params.delay, params.depth, params.num_outputs));
-  if (max_batch < 1 || max_batch > kMaxBatch)
-    throw ConfigError(fmt::format("cuda control: a batch of 1..{} frames, got {}", kMaxBatch, max_batch));
   params_ = params;
-  max_batch_ = max_batch;
 
-  const size_t params_at = 0;
+  const size_t control_at = 0;
+  const size_t params_at = cuda::align_up(control_at + sizeof(FusedControl));
   const size_t block_at = cuda::align_up(params_at + sizeof(ControlParams));
-  const size_t slots_at = cuda::align_up(block_at + sizeof(ControlBlock));
+  const size_t accum_at = cuda::align_up(block_at + sizeof(ControlBlock));
+  const size_t slots_at = cuda::align_up(accum_at + sizeof(RegionAccum) * kMaxRegions);
   const size_t previous_at = cuda::align_up(slots_at + sizeof(Slot) * size_t(params.depth));
-  memory_ = cuda::alloc_device(previous_at + kThumbBytes);
-  thumbnails_ = cuda::alloc_device(kThumbBytes * size_t(max_batch));
+  memory_ = cuda::alloc_device(previous_at + sizeof(uint16_t) * kThumbPixels);
   records_ = cuda::alloc_mapped(sizeof(PublishedRecord) * kRecordRing);
   std::memset(records_.as(), 0, records_.size());
   void* records = nullptr;
   cuda::check(cudaHostGetDevicePointer(&records, records_.as(), 0), "cudaHostGetDevicePointer");
   std::byte* const base = memory_.as();
-  device_.params = reinterpret_cast<const ControlParams*>(base + params_at);
-  device_.block = reinterpret_cast<ControlBlock*>(base + block_at);
-  device_.slots = reinterpret_cast<Slot*>(base + slots_at);
-  device_.previous = reinterpret_cast<float*>(base + previous_at);
-  device_.records = static_cast<PublishedRecord*>(records);
 
   const ControlBlock initial = initial_block(params);
+  FusedControl c{};
+  c.params = reinterpret_cast<const ControlParams*>(base + params_at);
+  c.block = reinterpret_cast<ControlBlock*>(base + block_at);
+  c.slots = reinterpret_cast<Slot*>(base + slots_at);
+  c.previous = reinterpret_cast<uint16_t*>(base + previous_at);
+  c.accum = reinterpret_cast<RegionAccum*>(base + accum_at);
+  c.records = static_cast<PublishedRecord*>(records);
+  c.applied[0] = c.applied[1] = initial.state;
+  control_ = reinterpret_cast<FusedControl*>(base + control_at);
+  block_ = c.block;
+  slots_ = c.slots;
+  previous_ = c.previous;
+
+  cuda::check(cudaMemsetAsync(base, 0, memory_.size(), stream), "clear control memory");
+  cuda::check(cudaMemcpyAsync(control_, &c, sizeof c, cudaMemcpyHostToDevice, stream), "upload control");
   cuda::check(cudaMemcpyAsync(base + params_at, &params_, sizeof params_, cudaMemcpyHostToDevice, stream),
               "upload control parameters");
-  cuda::check(cudaMemcpyAsync(device_.block, &initial, sizeof initial, cudaMemcpyHostToDevice, stream),
+  cuda::check(cudaMemcpyAsync(base + block_at, &initial, sizeof initial, cudaMemcpyHostToDevice, stream),
               "upload control block");
-  cuda::check(cudaMemsetAsync(device_.slots, 0, sizeof(Slot) * size_t(params.depth), stream), "clear control slots");
-  cuda::check(cudaMemsetAsync(device_.previous, 0, kThumbBytes, stream), "clear previous thumbnail");
-  cuda::check(cudaMemsetAsync(thumbnails_.as(), 0, thumbnails_.size(), stream), "clear thumbnails");
-  cuda::check(cudaStreamSynchronize(stream), "control setup");   // `initial` is a local
+  cuda::check(cudaStreamSynchronize(stream), "control setup");   // `c` and `initial` are locals
 }
 
-OutputPlan CudaControl::thumbnail_plan() const {
-  OutputPlan plan;
-  plan.name = thumbnail_spec().name;
-  plan.params = params_.thumbnail;
-  plan.shape = {1, kThumbH, kThumbW};
-  plan.bytes_per_frame = kThumbBytes;
-  return plan;
-}
+void CudaControl::attach(FusedPreprocess& fused) const { fused.set_control(control_, kStatsBlocks); }
 
 void CudaControl::run(const FusedPreprocess& fused, int frames, cudaStream_t stream) const {
-  if (frames < 1 || frames > max_batch_)
-    throw ConfigError(fmt::format("cuda control: {} frames, the batch holds 1..{}", frames, max_batch_));
+  if (frames < 1 || frames > fused.max_batch())
+    throw ConfigError(fmt::format("cuda control: {} frames, the batch holds 1..{}", frames, fused.max_batch()));
   fused.upload(stream);
-  for (int b = 0; b < frames; ++b) {
-    control_step(stream);
-    fused.launch(b, 1, stream);
-    stats_step(b, stream);
-  }
-}
-
-void CudaControl::control_step(cudaStream_t stream) const {
-  cuda::check(launch_control_step(device_, stream), "control step launch");
-}
-
-void CudaControl::stats_step(int frame, cudaStream_t stream) const {
-  if (frame < 0 || frame >= max_batch_)
-    throw ConfigError(fmt::format("cuda control: frame {} outside the batch of {}", frame, max_batch_));
-  cuda::check(launch_control_stats(device_, thumbnails() + size_t(frame) * kThumbPixels, stream),
-              "control statistics launch");
+  for (int b = 0; b < frames; ++b) fused.launch(b, 1, stream);
 }
 
 std::optional<ControlRecord> CudaControl::record() const {
@@ -94,15 +64,12 @@ std::optional<ControlRecord> CudaControl::record() const {
   uint64_t newest = 0;
   ControlRecord out{};
   for (int e = 0; e < kRecordRing; ++e) {
-    std::atomic_ref<uint64_t> seq(ring[e].seq);
-    const uint64_t before = seq.load(std::memory_order_acquire);
-    if (before == 0 || before % 2 != 0 || before <= newest) continue;   // empty, being written, older
-    ControlRecord copy;
-    std::memcpy(&copy, &ring[e].record, sizeof copy);
-    std::atomic_thread_fence(std::memory_order_acquire);
-    if (seq.load(std::memory_order_relaxed) != before) continue;   // rewritten while copied
-    newest = before;
-    out = copy;
+    PublishedRecord copy;
+    std::memcpy(&copy, &ring[e], sizeof copy);
+    // Empty, older, or torn (being rewritten, or its writes not all landed yet).
+    if (copy.seq == 0 || copy.seq <= newest || copy.check != record_check(copy.seq, copy.record)) continue;
+    newest = copy.seq;
+    out = copy.record;
   }
   if (newest == 0) return std::nullopt;
   return out;

@@ -1,11 +1,11 @@
 #pragma once
-//! One pipeline's control on a CUDA device: the iteration of control_step.hpp as three launches
-//! per frame on one stream (control step -> fused kernel of that frame, control applied ->
-//! statistics), with the delay ring, loop state and iteration counter in device memory and the
-//! records published into a mapped pinned ring the host reads without synchronising.
+//! One pipeline's control on a CUDA device: each frame is one fused launch whose statistics blocks
+//! measure the frame and whose last statistics block runs the loops for the next frame
+//! (fused_control.hpp), with the delay ring, loop state and iteration counter in device memory and
+//! the records published into a mapped pinned ring the host reads without synchronising.
 #include <optional>
 
-#include "pipeline/control/control_kernels.hpp"
+#include "pipeline/control/fused_control.hpp"
 #include "pipeline/cuda/cuda_raii.hpp"
 #include "pipeline/fused/fused_preprocess.hpp"
 
@@ -13,45 +13,40 @@ namespace framefuse::control {
 
 class CudaControl {
  public:
-  //! Allocates the device parameters, block, D slots, previous thumbnail, the thumbnails of
-  //! `max_batch` frames and the record ring; uploads iteration 0 (initial_block) on `stream` and
-  //! waits for it.
-  void setup(const ControlParams& params, int max_batch, cudaStream_t stream);
+  //! Allocates the device parameters, block, D slots, accumulators, previous thumbnail and the
+  //! record ring; uploads iteration 0 (initial_block) on `stream` and waits for it.
+  void setup(const ControlParams& params, cudaStream_t stream);
 
-  //! The hidden thumbnail output (params.thumbnail), to append to the visible outputs given to
-  //! FusedPreprocess::setup; its tensor is thumbnails().
-  OutputPlan thumbnail_plan() const;
-  //! Device tensor of the thumbnail output, frame 0 of the batch (frame b at + b * kThumbPixels).
-  float* thumbnails() const { return thumbnails_.as<float>(); }
-  //! The device ControlState the current frame's fused pass applies (FusedPreprocess::set_control).
-  const ControlState* device_state() const { return &device_.block->state; }
+  //! Makes `fused` (set up for the pipeline's outputs, params().num_outputs of them) compute this
+  //! control's statistics in kStatsBlocks extra blocks of each launch and apply its state; its
+  //! launches must then be one frame each, as run() makes them.
+  void attach(FusedPreprocess& fused) const;
 
-  //! Enqueues, on `stream`, the fused parameter upload and per frame b < `frames` of the batch of
-  //! `fused` (set up with thumbnail_plan() last, set_control(device_state())): the control step,
-  //! the fused kernel of frame b, the statistics of thumbnail b. Never allocates or synchronises;
-  //! a captured graph replays it as is (the iteration counter is advanced by the kernels).
+  //! Enqueues, on `stream`, the parameter upload of `fused` (attached) and per frame b < `frames`
+  //! of its batch one fused launch of frame b: one iteration each, in order. Never allocates or
+  //! synchronises; a captured graph replays it as is (the iteration counter is advanced by the
+  //! device).
   void run(const FusedPreprocess& fused, int frames, cudaStream_t stream) const;
-  //! run()'s parts for one iteration: the control step, and the statistics of batch frame `frame`'s
-  //! thumbnail (whatever wrote it).
-  void control_step(cudaStream_t stream) const;
-  void stats_step(int frame, cudaStream_t stream) const;
 
   //! The newest record the device has completed, nullopt before the first. Reads the mapped ring
   //! without synchronising: it may trail the work enqueued so far.
   std::optional<ControlRecord> record() const;
 
   const ControlParams& params() const { return params_; }
-  //! Device copies, for tests and diagnostics: the block and the D slots.
-  const ControlBlock* device_block() const { return device_.block; }
-  const Slot* device_slots() const { return device_.slots; }
+  //! Device copies, for tests and diagnostics: the block, the D slots, and the thumbnail of the
+  //! last completed frame (kThumbPixels values).
+  const ControlBlock* device_block() const { return block_; }
+  const Slot* device_slots() const { return slots_; }
+  const uint16_t* device_thumbnail() const { return previous_; }
 
  private:
   ControlParams params_{};
-  int max_batch_ = 0;
-  cuda::DeviceBuffer memory_;       //!< params, block, slots, previous thumbnail
-  cuda::DeviceBuffer thumbnails_;   //!< max_batch thumbnails
+  cuda::DeviceBuffer memory_;       //!< FusedControl and everything it points at
   cuda::PinnedBuffer records_;      //!< kRecordRing PublishedRecords, mapped
-  ControlDevice device_{};
+  FusedControl* control_ = nullptr;
+  const ControlBlock* block_ = nullptr;
+  const Slot* slots_ = nullptr;
+  const uint16_t* previous_ = nullptr;
 };
 
 }  // namespace framefuse::control

@@ -4,7 +4,9 @@
 #include <cmath>
 #include <spdlog/fmt/fmt.h>
 
+#include "pipeline/control/thumbnail.hpp"
 #include "pipeline/error.hpp"
+#include "pipeline/ops/dispatch.hpp"
 
 namespace framefuse::control {
 namespace {
@@ -112,24 +114,11 @@ Health::Params plan_health(const HealthSpec& s, double frame_rate, const std::st
 
 }  // namespace
 
-OutputSpec thumbnail_spec() {
-  OutputSpec s;
-  s.name = "control_thumbnail";
-  s.resize = {kThumbW, kThumbH, 0};
-  s.interp = ops::Interp::Area;
-  s.channels = ChannelOrder::Gray;
-  s.scale = 1.f / 255.f;
-  s.layout = ops::Layout::Chw;
-  s.dtype = ops::DType::F32;
-  return s;
-}
-
 ControlParams make_control_params(const ControlSpec& spec, const FrameInfo& frame, std::span<const OutputPlan> plans,
                                   double frame_rate, const std::string& ctx) {
-  if (plans.empty() || plans.size() > size_t(kMaxOutputs - 1))
-    throw ConfigError(fmt::format("{}: control takes one of the {} fused outputs for its thumbnail, so the pipeline "
-                                  "may have 1..{} outputs, not {}",
-                                  ctx, kMaxOutputs, kMaxOutputs - 1, plans.size()));
+  if (plans.empty() || plans.size() > size_t(kMaxOutputs))
+    throw ConfigError(fmt::format("{}: control measures 1..{} outputs, the pipeline has {}", ctx, kMaxOutputs,
+                                  plans.size()));
   if (spec.delay_frames < 1 || spec.delay_frames > kMaxDelay)
     throw ConfigError(fmt::format("{}: control delay_frames = {} must be between 1 and {}", ctx, spec.delay_frames,
                                   kMaxDelay));
@@ -160,7 +149,6 @@ ControlParams make_control_params(const ControlSpec& spec, const FrameInfo& fram
     p.loops |= kLoopHealth;
     p.health = plan_health(spec.health, frame_rate, ctx);
   }
-  p.thumbnail = make_output_plan(thumbnail_spec(), frame, ctx + " control thumbnail").params;
   return p;
 }
 
@@ -168,12 +156,20 @@ void ControlEngine::setup(const ControlParams& params) {
   params_ = params;
   block_ = initial_block(params);
   slots_.assign(size_t(params.depth), Slot{});
-  current_.assign(kThumbPixels, 0.f);
-  previous_.assign(kThumbPixels, 0.f);
+  current_.assign(kThumbPixels, 0);
+  previous_.assign(kThumbPixels, 0);
   record_ = {};
 }
 
-void ControlEngine::control_step() { control::control_step(params_, slots_.data(), block_); }
+void ControlEngine::measure(const ops::ImageView& frame, const ops::ColorParams& color) {
+  ops::dispatch_format(frame.format, [&](auto tag) {
+    constexpr ops::PixelFormat F = decltype(tag)::value;
+    const LumaScale scale = luma_scale(F, color);
+    for (int y = 0; y < kThumbH; ++y)
+      for (int x = 0; x < kThumbW; ++x)
+        current_[size_t(y) * kThumbW + x] = static_cast<uint16_t>(thumb_pixel<F>(frame, scale, x, y));
+  });
+}
 
 void ControlEngine::stats_step() {
   const int n = num_regions(params_);
@@ -191,9 +187,9 @@ void ControlEngine::stats_step() {
       ++acc[r].hist[s.bin];
     }
   }
-  const uint64_t iteration = block_.header.iteration;
-  finish_stats(params_, regions, acc, slots_.data(), block_);
-  make_record(params_, slots_[size_t(write_slot(iteration, block_.header.depth))], block_.loops, record_);
+  Slot& slot = current_slot(slots_.data(), block_);
+  for (int r = 0; r < n; ++r) slot.stats.region[r] = finalize(acc[r], regions[r]);
+  end_iteration(params_, slots_.data(), block_, record_);
   current_.swap(previous_);
 }
 

@@ -15,7 +15,7 @@ struct OutputControl {
 };
 
 struct ControlState {
-  int32_t num_outputs;       //!< outputs k >= num_outputs (the hidden thumbnail) are left alone
+  int32_t num_outputs;       //!< outputs k >= num_outputs are left alone
   int32_t frame_w, frame_h;  //!< the frame the windows must stay inside
   OutputControl out[kMaxOutputs];
 };

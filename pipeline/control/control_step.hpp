@@ -1,14 +1,16 @@
 #pragma once
-//! One control iteration, written once for the CPU engine and the GPU graph. Iteration i:
-//!   1. control_step(): reads slot (i - d) when i >= d, runs the loops, updates the ControlState;
-//!   2. the fused pass of frame i applies that state (control::apply) and writes the thumbnail;
-//!   3. the statistics step: for each region r < num_regions(), stats_region(); for each of its
-//!      pixels (region_pixel()) sample_pixel() against the previous thumbnail, add_sample() into
-//!      the region's sums and count the histogram bin (a CPU loop; on the GPU one block, per-thread
-//!      sums reduced by warp shuffles and merge()d with shared atomics); then the previous thumbnail
-//!      becomes this one, and finish_stats() writes slot i mod D with the state frame i used and
-//!      advances the iteration counter;
-//!   4. make_record() summarises iteration i for the host (a mapped pinned ring on the GPU).
+//! One control iteration, written once for the CPU engine and the GPU's fused launch. Iteration i:
+//!   1. the fused pass of frame i applies the state (control::apply) that iteration i - 1 left;
+//!   2. the statistics: the thumbnail of frame i (thumbnail.hpp); for each region r <
+//!      num_regions(), stats_region(); for each of its pixels sample_pixel() against the previous
+//!      thumbnail, add_sample() into the region's sums and count the histogram bin (a CPU loop; on
+//!      the GPU the statistics blocks of the fused launch, per-thread sums reduced by warp shuffles,
+//!      shared and global atomics); the previous thumbnail becomes this one;
+//!   3. finalize() of each region into slot i mod D, then end_iteration(): the slot gets the state
+//!      frame i used, the record of iteration i is made (a mapped pinned ring on the GPU), the
+//!      iteration counter advances and control_step() runs the loops for iteration i + 1 on slot
+//!      (i + 1 - d) when i + 1 >= d.
+//! So the control of frame n depends on the statistics of frame n - d and nothing newer (d >= 1).
 //! Everything here is POD and FF_HD; the host plans ControlParams (control_engine.hpp).
 #include <cstdint>
 
@@ -22,7 +24,7 @@ namespace framefuse::control {
 enum Loop : uint32_t { kLoopAutoGain = 1u << 0, kLoopRoiFollow = 1u << 1, kLoopHealth = 1u << 2 };
 
 struct ControlParams {
-  int32_t num_outputs;        //!< visible outputs, <= kMaxOutputs - 1 (the thumbnail takes one)
+  int32_t num_outputs;        //!< outputs, <= kMaxOutputs
   int32_t frame_w, frame_h;
   int32_t delay, depth;       //!< d >= 1, D = d + 1
   uint32_t loops;             //!< Loop bits
@@ -30,7 +32,6 @@ struct ControlParams {
   AutoGain::Params auto_gain;
   RoiFollow::Params roi_follow;
   Health::Params health;
-  ops::Chain::Params thumbnail;     //!< the hidden thumbnail output; store.data left null
 };
 
 //! Loop memory carried from one iteration to the next.
@@ -60,7 +61,8 @@ inline ControlBlock initial_block(const ControlParams& p) {
   return b;
 }
 
-//! Step 1 of iteration b.header.iteration. `slots`: the D slots.
+//! The loops of iteration b.header.iteration on slot (i - d) (nothing while i < d): updates
+//! b.state, the control that iteration's outputs get. `slots`: the D slots.
 FF_HD void control_step(const ControlParams& p, const Slot* slots, ControlBlock& b) {
   const uint64_t i = b.header.iteration;
   if (!has_input(i, b.header.delay)) return;
@@ -92,16 +94,10 @@ FF_HD Region stats_region(const ControlParams& p, const ControlState& st, int r)
 
 FF_HD int num_regions(const ControlParams& p) { return 1 + p.num_outputs; }
 
-//! Step 3's end: slot i mod D gets frame i's statistics and the state its fused pass used; the
-//! iteration counter advances.
-FF_HD void finish_stats(const ControlParams& p, const Region* regions, const RegionAccum* acc, Slot* slots,
-                        ControlBlock& b) {
-  Slot& s = slots[write_slot(b.header.iteration, b.header.depth)];
-  s.iteration = b.header.iteration;
-  s.applied = b.state;
-  s.stats.num_regions = num_regions(p);
-  for (int r = 0; r < s.stats.num_regions; ++r) s.stats.region[r] = finalize(acc[r], regions[r]);
-  ++b.header.iteration;
+//! Where iteration b.header.iteration's statistics go: slot i mod D. The statistics step fills
+//! stats.region[r] = finalize() of each region r < num_regions(p) before end_iteration().
+FF_HD Slot& current_slot(Slot* slots, const ControlBlock& b) {
+  return slots[write_slot(b.header.iteration, b.header.depth)];
 }
 
 //! What the host sees of one iteration: frame `iteration`'s statistics, the control its outputs
@@ -121,7 +117,7 @@ struct ControlRecord {
   } out[kMaxOutputs];
 };
 
-//! The record of the iteration finish_stats() just completed (slot `slots[write_slot(i, D)]`).
+//! The record of the iteration whose statistics slot `s` holds.
 FF_HD void make_record(const ControlParams& p, const Slot& s, const LoopState& loops, ControlRecord& r) {
   const RegionStats& f = s.stats.region[0];
   r.iteration = s.iteration;
@@ -149,6 +145,19 @@ FF_HD void make_record(const ControlParams& p, const Slot& s, const LoopState& l
     o.w = w;
     o.h = h;
   }
+}
+
+//! Step 3 of iteration i = b.header.iteration, once current_slot() holds its regions' statistics:
+//! the slot gets the iteration and the state frame i used, `record` is made, the counter advances
+//! and control_step() runs for iteration i + 1.
+FF_HD void end_iteration(const ControlParams& p, Slot* slots, ControlBlock& b, ControlRecord& record) {
+  Slot& s = current_slot(slots, b);
+  s.iteration = b.header.iteration;
+  s.applied = b.state;
+  s.stats.num_regions = num_regions(p);
+  ++b.header.iteration;
+  make_record(p, s, b.loops, record);
+  control_step(p, slots, b);
 }
 
 }  // namespace framefuse::control

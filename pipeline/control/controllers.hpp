@@ -1,7 +1,9 @@
 #pragma once
-//! The control loops, written once for the CPU engine and a one-thread GPU kernel. Each has POD
-//! Params (planned and validated on the host, pipeline/control/control_engine.hpp) and POD State,
-//! and a step() run once per frame on the statistics of frame i - d.
+//! The control loops, written once for the CPU engine and the GPU's last statistics block (one
+//! thread). Each has POD Params (planned and validated on the host, pipeline/control/
+//! control_engine.hpp) and POD State, and a step() run once per frame on the statistics of frame
+//! i - d. Products that feed a sum go through mul() so the device never contracts them into a
+//! fused multiply-add: windows and decisions then match the host's bit for bit.
 #include <math.h>
 
 #include <cstdint>
@@ -10,6 +12,15 @@
 #include "pipeline/ops/op_traits.hpp"
 
 namespace framefuse::control {
+
+//! a * b rounded to float, never contracted with a following add (nvcc's default -fmad=true would).
+FF_HD float mul(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
 
 //! PI controller on log luma: e = ln(target) - ln(gain_then * mean_then), where mean_then is the
 //! measured (pre-gain) mean luma of frame i - d's window and gain_then the gain that frame used, so
@@ -29,10 +40,10 @@ struct AutoGain {
   FF_HD static float step(const Params& p, float& integral, float gain_then, float mean_then, float gain_now) {
     if (!(mean_then >= kMinMeasurable)) return gain_now;
     const float e = logf(p.target) - logf(gain_then * mean_then);
-    const float u = p.kp * e + p.ki * (integral + e);
+    const float u = mul(p.kp, e) + mul(p.ki, integral + e);
     const float cmd = ops::clampf(expf(u), p.min_gain, p.max_gain);
     const float g = gain_now + ops::clampf(cmd - gain_now, -p.max_step, p.max_step);
-    integral = p.ki > 0.f ? (logf(g) - p.kp * e) / p.ki : 0.f;
+    integral = p.ki > 0.f ? (logf(g) - mul(p.kp, e)) / p.ki : 0.f;
     return g;
   }
 };
@@ -56,30 +67,30 @@ struct RoiFollow {
   };
 
   FF_HD static State initial(const Params& p) {
-    return {clamp_x(p, float(p.base_x0) + 0.5f * float(p.crop_w)),
-            clamp_y(p, float(p.base_y0) + 0.5f * float(p.crop_h))};
+    return {clamp_x(p, float(p.base_x0) + mul(0.5f, float(p.crop_w))),
+            clamp_y(p, float(p.base_y0) + mul(0.5f, float(p.crop_h)))};
   }
 
   FF_HD static void step(const Params& p, State& s, const RegionStats& whole) {
     if (!(whole.motion >= p.min_motion) || whole.moving_fraction <= 0.f) return;
-    const float ex = clamp_x(p, whole.centroid_x * float(p.frame_w)) - s.cx;
-    const float ey = clamp_y(p, whole.centroid_y * float(p.frame_h)) - s.cy;
-    if (ex > p.dead_x || ex < -p.dead_x) s.cx += p.smoothing * ex;
-    if (ey > p.dead_y || ey < -p.dead_y) s.cy += p.smoothing * ey;
+    const float ex = clamp_x(p, mul(whole.centroid_x, float(p.frame_w))) - s.cx;
+    const float ey = clamp_y(p, mul(whole.centroid_y, float(p.frame_h))) - s.cy;
+    if (ex > p.dead_x || ex < -p.dead_x) s.cx += mul(p.smoothing, ex);
+    if (ey > p.dead_y || ey < -p.dead_y) s.cy += mul(p.smoothing, ey);
   }
 
   //! The window's offset from the planned one, whole pixels, inside the bounds.
   FF_HD static void offset(const Params& p, const State& s, int32_t& dx, int32_t& dy) {
-    dx = ops::clampi(ops::floori(s.cx - 0.5f * float(p.crop_w) + 0.5f), p.bx0, p.bx1 - p.crop_w) - p.base_x0;
-    dy = ops::clampi(ops::floori(s.cy - 0.5f * float(p.crop_h) + 0.5f), p.by0, p.by1 - p.crop_h) - p.base_y0;
+    dx = ops::clampi(ops::floori(s.cx - mul(0.5f, float(p.crop_w)) + 0.5f), p.bx0, p.bx1 - p.crop_w) - p.base_x0;
+    dy = ops::clampi(ops::floori(s.cy - mul(0.5f, float(p.crop_h)) + 0.5f), p.by0, p.by1 - p.crop_h) - p.base_y0;
   }
 
  private:
   FF_HD static float clamp_x(const Params& p, float c) {
-    return ops::clampf(c, float(p.bx0) + 0.5f * float(p.crop_w), float(p.bx1) - 0.5f * float(p.crop_w));
+    return ops::clampf(c, float(p.bx0) + mul(0.5f, float(p.crop_w)), float(p.bx1) - mul(0.5f, float(p.crop_w)));
   }
   FF_HD static float clamp_y(const Params& p, float c) {
-    return ops::clampf(c, float(p.by0) + 0.5f * float(p.crop_h), float(p.by1) - 0.5f * float(p.crop_h));
+    return ops::clampf(c, float(p.by0) + mul(0.5f, float(p.crop_h)), float(p.by1) - mul(0.5f, float(p.crop_h)));
   }
 };
 

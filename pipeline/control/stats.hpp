@@ -1,14 +1,14 @@
 #pragma once
-//! Monitoring statistics of one frame, measured on its luma thumbnail: a kThumbW x kThumbH gray f32
-//! image (luma 0..1, area-averaged over the whole frame) that the fused pass writes as one more
-//! hidden output. Histogram and near-black / near-white fractions are therefore those of the
-//! area-averaged thumbnail, not of single source pixels; motion compares the thumbnail with the
+//! Monitoring statistics of one frame, measured on its luma thumbnail (pipeline/control/
+//! thumbnail.hpp): kThumbW x kThumbH fixed-point luma values, each the mean of a grid of luma
+//! samples of its cell of the frame. Histogram and near-black / near-white fractions are therefore
+//! those of the thumbnail, not of single source pixels; motion compares the thumbnail with the
 //! previous frame's.
 //!
 //! Sums are integers over fixed-point luma, so the result does not depend on the order pixels are
-//! added in: a CPU loop and a GPU block reduction (per-thread sums, warp shuffles, shared-memory
-//! atomics) give the same accumulators for the same thumbnail, and finalize() turns them into the
-//! same floats, bit for bit.
+//! added in: a CPU loop and GPU block reductions (per-thread sums, warp shuffles, shared-memory and
+//! global atomics) give the same accumulators for the same thumbnail, and finalize() turns them into
+//! the same floats, bit for bit.
 #include <cstdint>
 
 #include "pipeline/fused/fused_params.hpp"
@@ -21,7 +21,7 @@ inline constexpr int kThumbPixels = kThumbW * kThumbH;
 inline constexpr int kHistBins = 64;
 //! Region 0 is the whole frame; region k + 1 is output k's crop window.
 inline constexpr int kMaxRegions = 1 + kMaxOutputs;
-//! Fixed-point luma: q = round(luma * kLumaOne), luma clamped to [0, 1].
+//! Fixed-point luma: q = luma * kLumaOne, luma in [0, 1].
 inline constexpr uint32_t kLumaOne = 65535;
 inline constexpr int kBinShift = 10;            //!< histogram bin = q >> kBinShift (64 bins)
 inline constexpr uint32_t kBlackBins = 4;       //!< near-black: luma < 4/64 (bins 0..3)
@@ -58,11 +58,6 @@ FF_HD Region thumb_region(int32_t x, int32_t y, int32_t w, int32_t h, int32_t fr
   return r;
 }
 
-FF_HD uint32_t quantize_luma(float v) {
-  const float c = v > 0.f ? (v < 1.f ? v : 1.f) : 0.f;   // NaN -> 0
-  return static_cast<uint32_t>(c * float(kLumaOne) + 0.5f);
-}
-
 //! What one thumbnail pixel contributes, whichever regions it falls in.
 struct PixelSample {
   uint32_t q;      //!< fixed-point luma
@@ -71,11 +66,14 @@ struct PixelSample {
   int32_t x, y;    //!< thumbnail pixel
 };
 
-FF_HD PixelSample sample_pixel(float luma, float previous, bool has_previous, int x, int y) {
-  const uint32_t q = quantize_luma(luma);
-  const uint32_t p = has_previous ? quantize_luma(previous) : q;
+//! Thumbnail pixel (x, y) of luma q, `previous` the previous frame's (ignored without one).
+FF_HD PixelSample sample_pixel(uint32_t q, uint32_t previous, bool has_previous, int x, int y) {
+  const uint32_t p = has_previous ? previous : q;
   return {q, q >> kBinShift, q > p ? q - p : p - q, x, y};
 }
+
+//! Whether thumbnail pixel (x, y) lies in `r`.
+FF_HD bool contains(const Region& r, int32_t x, int32_t y) { return x >= r.x0 && x < r.x1 && y >= r.y0 && y < r.y1; }
 
 //! Integer sums over the pixels of one region. Zero-initialise before adding.
 struct RegionSums {

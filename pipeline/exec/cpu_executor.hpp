@@ -4,10 +4,14 @@
 //! YuvToRgb, only the columns some tap reads), resampled horizontally with setup-time tap tables
 //! (Resize's own taps; zero-weight taps, which add exactly +0, dropped), kept in a small row cache
 //! while output rows use it, blended vertically, then windowed, ordered, normalized and stored, in
-//! vectorised loops. The float operations and their order are Resize::sample's and Chain::pixel's, so
-//! every output element is bit-identical to Chain::pixel (the definition the CUDA kernel runs). With
-//! control, frames run one at a time: control step, the rows of every output (control applied)
-//! plus the hidden thumbnail's, then the statistics step.
+//! vectorised loops. 8-bit YUV with nearest chroma gathers its samples with byte shuffles (setup-time
+//! masks); downscales keep rows planar (R, G, B planes) from conversion to store; INTER_AREA at an
+//! integer factor converts and box-sums in one register pass (AVX2, AVX-512, AVX-512 VBMI byte
+//! permutes, chosen at run time; a portable loop elsewhere). The float operations and their order are
+//! Resize::sample's and Chain::pixel's, so every output element is bit-identical to Chain::pixel (the
+//! definition the CUDA kernel runs). With control, frames run one at a time: the rows of every output
+//! (control applied), then the frame's thumbnail and the statistics step (ControlEngine::measure,
+//! stats_step).
 #include <condition_variable>
 #include <cstdint>
 #include <type_traits>
@@ -74,10 +78,10 @@ class CpuExecutor final : public Executor {
 
   //! Row plans, bands and per-worker scratch for every output in params_ (allocates).
   void plan_rows();
-  //! Runs every row of frames [first, first + count) of every output in params_; with `control`
-  //! (count 1) its state is applied and the thumbnail goes to its buffer.
+  //! Runs every row of frames [first, first + count) of every output in params_, with `state`
+  //! (non-null: control) applied to each output's parameters.
   void run_rows(std::span<const ops::ImageView> frames, size_t first, size_t count, std::span<std::byte* const> outs,
-                control::ControlEngine* control);
+                const control::ControlState* state);
 
   ParallelFor pool_;
   FrameInfo frame_{};
@@ -86,7 +90,6 @@ class CpuExecutor final : public Executor {
   std::vector<RowPlan> rows_;          //!< per entry of params_
   std::vector<Band> bands_;            //!< the work items of one frame
   std::vector<RowScratch> scratch_;    //!< per pool worker
-  size_t visible_ = 0;                 //!< planned outputs; with control params_ also holds the thumbnail
   std::optional<control::ControlEngine> control_;
 };
 

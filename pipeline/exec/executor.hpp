@@ -5,6 +5,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "pipeline/control/control_step.hpp"
 #include "pipeline/error.hpp"
@@ -12,6 +13,14 @@
 #include "pipeline/memory/frame_memory.hpp"
 
 namespace framefuse {
+
+//! What complete() reports about the batch it completed.
+struct Completion {
+  //! Seconds from the batch's start on the device (the first upload, or for Device frames the
+  //! decoder's copy) to its outputs being in host memory, from device events; nullopt where the
+  //! backend does not measure it (then only the caller's clock tells).
+  std::optional<double> device_seconds;
+};
 
 //! Runs every planned output of a pipeline over batches of decoded frames.
 //! Contract: setup() allocates and may throw; process() neither allocates nor re-plans.
@@ -38,6 +47,29 @@ class Executor {
     }
     process(frames, outs);
   }
+  //! Asynchronous use, strictly in order: submit() starts a batch (as process_frames(), outputs
+  //! kept by the executor) and returns; complete() waits for the OLDEST submitted batch, copies its
+  //! outputs into `outs` (as process()) and drops its `owners`. At most max_in_flight() batches may
+  //! be submitted and not completed; call setup() and setup_control() with none in flight.
+  //! `owners` keep the frames' memory alive (DecodedFrame::owner): the executor
+  //! drops them once nothing reads the frames any more, at the latest in complete().
+  //! The default is synchronous: submit() keeps the batch, complete() runs process_frames() on it.
+  virtual int max_in_flight() const { return 1; }
+  virtual int in_flight() const { return pending_ ? 1 : 0; }
+  virtual void submit(std::span<const ops::ImageView> frames, std::span<const FrameMemory> memory,
+                      std::span<const std::shared_ptr<const void>> owners) {
+    if (pending_) throw DeviceError(name() + ": submit() with a batch in flight; complete() it first");
+    pending_.emplace(
+        Pending{{frames.begin(), frames.end()}, {memory.begin(), memory.end()}, {owners.begin(), owners.end()}});
+  }
+  virtual Completion complete(std::span<std::byte* const> outs) {
+    if (!pending_) throw DeviceError(name() + ": complete() without a batch in flight");
+    const Pending batch = std::move(*pending_);
+    pending_.reset();
+    process_frames(batch.frames, batch.memory, outs);
+    return {};
+  }
+
   //! Adds monitoring statistics and control loops (control/control_step.hpp) to the frames of the
   //! last setup(), which turns them off; call after it. Each frame of a batch is then one control
   //! iteration, in order. Throws ConfigError when the backend cannot run them.
@@ -45,6 +77,15 @@ class Executor {
   //! The last control iteration completed, or nullopt without control. The record may trail the
   //! last processed frame by a few iterations (backends that publish asynchronously).
   virtual std::optional<control::ControlRecord> control_record() const = 0;
+
+ protected:
+  //! The default submit()'s batch; backends with their own submit() leave it alone.
+  struct Pending {
+    std::vector<ops::ImageView> frames;
+    std::vector<FrameMemory> memory;
+    std::vector<std::shared_ptr<const void>> owners;
+  };
+  std::optional<Pending> pending_;
 };
 
 //! CPU executor on `threads` worker threads (0 = all hardware threads).

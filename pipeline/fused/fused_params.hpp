@@ -1,7 +1,10 @@
 #pragma once
-//! The device parameter block of one fused launch. It lives in device memory and is refreshed from
-//! pinned host memory by a staging kernel enqueued before the fused kernel, so a captured graph
-//! replays unchanged while frames, crop windows or gains vary. POD, no CUDA types.
+//! Parameters of one fused launch, in two parts. FusedLaunch is fixed at setup and travels by value
+//! as the kernel's `__grid_constant__` parameter (constant bank: no dependent global read); it holds
+//! the outputs' planned parameters, tiling and tap tables. FusedParams is what varies per call
+//! (frames, output tensors): it lives in device memory and is refreshed from pinned
+//! host memory by a staging kernel enqueued before the fused kernel, so a captured graph replays
+//! unchanged while frames, tensors, crop windows or gains vary. POD, no CUDA types.
 #include <cstddef>
 #include <cstdint>
 
@@ -9,7 +12,7 @@
 
 namespace framefuse {
 namespace control {
-struct ControlState;   // pipeline/control/control_state.hpp
+struct FusedControl;   // pipeline/control/fused_control.hpp
 }
 
 inline constexpr int kMaxOutputs = 8;    //!< outputs fused horizontally into one launch
@@ -26,17 +29,10 @@ struct FrameSlot {
   ops::ColorParams color;
 };
 
+//! The per-call part: device memory, staged from pinned host memory by every run().
 struct FusedParams {
   int32_t num_frames;                       //!< frames in this batch (<= launch's max batch)
-  int32_t num_outputs;
-  //! Blocks of output k: [tile_begin[k], tile_begin[k+1]); entries past num_outputs hold the total,
-  //! so a block finds its output by counting entries <= its index, without a dependent loop.
-  int32_t tile_begin[kMaxOutputs + 1];
-  int32_t tiles_x[kMaxOutputs];             //!< tile columns of output k
-  ops::Chain::Params outputs[kMaxOutputs];  //!< store.data: device tensor of frame 0
-  //! Device memory, null = none: every block applies it to its output's parameters
-  //! (control::apply) before computing; written by the control kernel of the same iteration.
-  const control::ControlState* control;
+  void* out[kMaxOutputs];                   //!< device tensor of frame 0 per output
   FrameSlot frames[kMaxBatch];              //!< last: only the first max_batch are uploaded
 };
 
@@ -46,22 +42,80 @@ constexpr size_t params_bytes(int max_batch) {
   return (offsetof(FusedParams, frames) + sizeof(FrameSlot) * static_cast<size_t>(max_batch) + 15) / 16 * 16;
 }
 
-//! Fills the tiling fields of `p` from its outputs' sizes for tiles of kBlockRows * rows_per_thread
+//! One output column or row: Resize::axis_taps of its resized index, relative to the crop origin;
+//! inside = 0 where the index lies outside the resized image (the pad shows there).
+struct alignas(16) AxisTap {
+  ops::Resize::Taps2 taps;
+  int32_t inside;
+};
+
+//! Store choices the kernel compiles with channel order, layout and dtype fixed (Chain::emit's
+//! switches fold away): the canonical workloads' outputs (pipeline/workloads.hpp).
+struct FixedStore {
+  ops::Channels channels;
+  ops::Layout layout;
+  ops::DType dtype;
+};
+inline constexpr FixedStore kFixedStores[] = {
+    {ops::Channels::Rgb, ops::Layout::Chw, ops::DType::F32},   // classify
+    {ops::Channels::Rgb, ops::Layout::Chw, ops::DType::F16},   // detect
+    {ops::Channels::Rgb, ops::Layout::Hwc, ops::DType::U8},    // thumbnail
+};
+inline constexpr int kNumFixedStores = static_cast<int>(sizeof(kFixedStores) / sizeof(kFixedStores[0]));
+//! How the kernel computes an output: i < kNumFixedStores: tap tables + kFixedStores[i];
+//! kVariantTaps: tap tables, any store; kVariantBox: Chain::pixel as it is (AreaBox).
+inline constexpr int32_t kVariantTaps = kNumFixedStores, kVariantBox = kNumFixedStores + 1;
+
+//! An output as the kernel sees it.
+struct FusedOutput {
+  ops::Chain::Params params;   //!< store.data unused: FusedParams::out
+  const AxisTap* cols;         //!< device, store.width entries (null for kVariantBox)
+  const AxisTap* rows;         //!< device, store.height entries (null for kVariantBox)
+  int32_t variant;
+};
+
+//! The fixed part: the kernel's by-value parameter.
+struct FusedLaunch {
+  const FusedParams* block;   //!< device copy of the per-call part
+  int32_t num_outputs;
+  //! Blocks of output k: [tile_begin[k], tile_begin[k+1]); entries past num_outputs hold the total,
+  //! so a block finds its output by counting entries <= its index, without a dependent loop.
+  int32_t tile_begin[kMaxOutputs + 1];
+  int32_t tiles_x[kMaxOutputs];             //!< tile columns of output k
+  FusedOutput outputs[kMaxOutputs];
+  //! A pipeline's control (device memory, null = none): output blocks apply its state
+  //! (control::apply) and blocks [0, stats_blocks), before the tiles, compute its statistics
+  //! (pipeline/control/stats_blocks.cuh). Launches are then of one frame each.
+  control::FusedControl* control;
+  int32_t stats_blocks;
+};
+
+//! The variant for planned parameters `p`.
+inline int32_t fused_variant(const ops::Chain::Params& p) {
+  if (p.resize.interp == ops::Interp::AreaBox) return kVariantBox;
+  for (int i = 0; i < kNumFixedStores; ++i) {
+    const FixedStore& f = kFixedStores[i];
+    if (p.channels == f.channels && p.store.layout == f.layout && p.store.dtype == f.dtype) return i;
+  }
+  return kVariantTaps;
+}
+
+//! Fills the tiling fields of `l` from its outputs' sizes for tiles of kBlockRows * rows_per_thread
 //! rows; returns the total number of tiles.
-inline int32_t tile_outputs(FusedParams& p, int rows_per_thread) {
+inline int32_t tile_outputs(FusedLaunch& l, int rows_per_thread) {
   const int tile_h = kBlockRows * rows_per_thread;
-  p.tile_begin[0] = 0;
+  l.tile_begin[0] = 0;
   for (int k = 0; k < kMaxOutputs; ++k) {
-    if (k < p.num_outputs) {
-      const auto& s = p.outputs[k].store;
-      p.tiles_x[k] = (s.width + kTileW - 1) / kTileW;
-      p.tile_begin[k + 1] = p.tile_begin[k] + p.tiles_x[k] * ((s.height + tile_h - 1) / tile_h);
+    if (k < l.num_outputs) {
+      const auto& s = l.outputs[k].params.store;
+      l.tiles_x[k] = (s.width + kTileW - 1) / kTileW;
+      l.tile_begin[k + 1] = l.tile_begin[k] + l.tiles_x[k] * ((s.height + tile_h - 1) / tile_h);
     } else {
-      p.tiles_x[k] = 0;
-      p.tile_begin[k + 1] = p.tile_begin[k];
+      l.tiles_x[k] = 0;
+      l.tile_begin[k + 1] = l.tile_begin[k];
     }
   }
-  return p.tile_begin[kMaxOutputs];
+  return l.tile_begin[kMaxOutputs];
 }
 
 }  // namespace framefuse

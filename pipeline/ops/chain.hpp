@@ -36,6 +36,12 @@ struct Chain {
     } else {
       v = Resize::sample(src, p.resize, rx, ry);
     }
+    emit(p, batch_index, x, y, v);
+  }
+
+  //! pixel()'s last ops for output pixel (x, y) of batch frame `batch_index` showing the resized
+  //! (or pad) value v: channel order, normalize, store.
+  FF_HD static void emit(const Params& p, int batch_index, int x, int y, Vec3 v) {
     Store::Params st = p.store;
     st.data = static_cast<uint8_t*>(st.data) + p.frame_stride * batch_index;
     switch (p.channels) {

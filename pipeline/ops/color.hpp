@@ -14,13 +14,30 @@ struct YuvToRgb {
     float y_off;    //!< 16 limited, 0 full
     float rv, gu, gv, bu;   //!< chroma gains, chroma centred on 128
   };
+  //! Samples are finite and never -0 (converted integers), so are yy and the sums below.
   FF_HD static Vec3 apply(float y, float u, float v, const Params& p) {
     float yy = y - p.y_off;
-    yy = (yy < 0.f ? 0.f : yy) * p.ky;
+    yy = at_least_zero(yy) * p.ky;
     u -= 128.f;
     v -= 128.f;
-    return {clampf(yy + p.rv * v, 0.f, 255.f), clampf(yy + p.gu * u + p.gv * v, 0.f, 255.f),
-            clampf(yy + p.bu * u, 0.f, 255.f)};
+    return {clamp255(yy + p.rv * v), clamp255(yy + p.gu * u + p.gv * v), clamp255(yy + p.bu * u)};
+  }
+
+  //! v < 0 ? 0 : v and clampf(v, 0, 255) for v neither NaN nor -0, where max and min give the
+  //! same: on the device one FMNMX each instead of a compare and a select each.
+  FF_HD static float at_least_zero(float v) {
+#if defined(__CUDA_ARCH__)
+    return fmaxf(v, 0.f);
+#else
+    return v < 0.f ? 0.f : v;
+#endif
+  }
+  FF_HD static float clamp255(float v) {
+#if defined(__CUDA_ARCH__)
+    return fminf(fmaxf(v, 0.f), 255.f);
+#else
+    return clampf(v, 0.f, 255.f);
+#endif
   }
 };
 

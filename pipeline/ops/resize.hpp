@@ -93,6 +93,42 @@ struct Resize {
     return w > 1e-3f ? w * b.inv_cell : 0.f;
   }
 
+  //! The two taps sample() weighs on one axis (y_axis: rows) for resized index d, for every interp
+  //! but AreaBox. Nearest: its one tap as {i, i, 0}, which blend() weighs to exactly that sample
+  //! (v * 1 + v * 0 == v for the finite, non-negative pixels here). Kernels tabulate it per output
+  //! column and row at setup.
+  FF_HD static Taps2 axis_taps(const Params& p, bool y_axis, int d) {
+    const double scale = y_axis ? p.scale_y : p.scale_x;
+    const int n = y_axis ? p.src_h : p.src_w;
+    switch (p.interp) {
+      case Interp::Nearest: {
+        const int i = nearest_tap(d, scale, n);
+        return {i, i, 0.f};
+      }
+      case Interp::AreaUp: return area_up_taps(d, scale, y_axis ? p.inv_scale_y : p.inv_scale_x, n);
+      default: return linear_taps(d, scale, n);
+    }
+  }
+
+  //! The two-tap filter (linear, area-up) of the crop at origin (x0, y0): reads src.rgb(x0 + tx.i*,
+  //! y0 + ty.i*) and weighs rows, then columns.
+  template <class Reader>
+  FF_HD static Vec3 blend(const Reader& src, int x0, int y0, Taps2 tx, Taps2 ty) {
+    // A tap of weight 0 is not read: v * 1 + w * 0 == v for the finite, non-negative pixels
+    // here, so substituting its neighbour gives the bit-identical result (integer scale
+    // factors put weight 0 on every second tap).
+    const Vec3 a = src.rgb(x0 + tx.i0, y0 + ty.i0);
+    const Vec3 b = tx.a != 0.f ? src.rgb(x0 + tx.i1, y0 + ty.i0) : a;
+    const Vec3 top = a * (1.f - tx.a) + b * tx.a;
+    Vec3 bot = top;
+    if (ty.a != 0.f) {
+      const Vec3 c = src.rgb(x0 + tx.i0, y0 + ty.i1);
+      const Vec3 d = tx.a != 0.f ? src.rgb(x0 + tx.i1, y0 + ty.i1) : c;
+      bot = c * (1.f - tx.a) + d * tx.a;
+    }
+    return top * (1.f - ty.a) + bot * ty.a;
+  }
+
   //! The resized pixel (dx, dy) of the crop, read back through `src.rgb(x, y)`.
   template <class Reader>
   FF_HD static Vec3 sample(const Reader& src, const Params& p, int dx, int dy) {
@@ -112,26 +148,7 @@ struct Resize {
         }
         return acc;
       }
-      default: {
-        const bool up = p.interp == Interp::AreaUp;
-        const Taps2 tx = up ? area_up_taps(dx, p.scale_x, p.inv_scale_x, p.src_w)
-                            : linear_taps(dx, p.scale_x, p.src_w);
-        const Taps2 ty = up ? area_up_taps(dy, p.scale_y, p.inv_scale_y, p.src_h)
-                            : linear_taps(dy, p.scale_y, p.src_h);
-        // A tap of weight 0 is not read: v * 1 + w * 0 == v for the finite, non-negative pixels
-        // here, so substituting its neighbour gives the bit-identical result (integer scale
-        // factors put weight 0 on every second tap).
-        const Vec3 a = src.rgb(p.x0 + tx.i0, p.y0 + ty.i0);
-        const Vec3 b = tx.a != 0.f ? src.rgb(p.x0 + tx.i1, p.y0 + ty.i0) : a;
-        const Vec3 top = a * (1.f - tx.a) + b * tx.a;
-        Vec3 bot = top;
-        if (ty.a != 0.f) {
-          const Vec3 c = src.rgb(p.x0 + tx.i0, p.y0 + ty.i1);
-          const Vec3 d = tx.a != 0.f ? src.rgb(p.x0 + tx.i1, p.y0 + ty.i1) : c;
-          bot = c * (1.f - tx.a) + d * tx.a;
-        }
-        return top * (1.f - ty.a) + bot * ty.a;
-      }
+      default: return blend(src, p.x0, p.y0, axis_taps(p, false, dx), axis_taps(p, true, dy));
     }
   }
 };

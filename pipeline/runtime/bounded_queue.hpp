@@ -62,6 +62,16 @@ class BoundedQueue {
     return item;
   }
 
+  //! Never waits: the oldest item, or std::nullopt when there is none right now.
+  std::optional<T> try_pop() {
+    std::lock_guard lock(mu_);
+    if (items_.empty()) return std::nullopt;
+    T item = std::move(items_.front());
+    items_.pop_front();
+    not_full_.notify_one();
+    return item;
+  }
+
   void close() {
     std::lock_guard lock(mu_);
     closed_ = true;

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <condition_variable>
+#include <deque>
 #include <random>
 #include <vector>
 
@@ -252,9 +253,16 @@ void PipelineRunner::start() {
     });
   }
 
-  // Process: (re)plan on the first frame and on any change of frame shape/format, run the fused
-  // chain, hand outputs to the sink. Frames already queued at stop are drained, then sinks flushed.
+  // Process: (re)plan on the first frame and on any change of frame shape/format, submit frames
+  // to the executor and hand completed outputs to the sink, in frame order. Up to the executor's
+  // max_in_flight() frames are in flight while more are queued; when the queue is empty the oldest
+  // completes at once, so an idle pipeline holds no outputs back. A re-setup drains first. Frames
+  // already queued at stop are drained, then sinks flushed.
   impl_->process_thread = std::jthread([this, decode_pool = decode.pool] {
+    struct Submitted {
+      int64_t index;
+      Clock::time_point decoded_at, submitted_at;
+    };
     std::unique_ptr<Executor> executor;
     std::unique_ptr<Sink> sink;
     std::vector<OutputPlan> plans;
@@ -262,12 +270,37 @@ void PipelineRunner::start() {
     std::vector<std::byte*> outs;
     std::vector<const std::byte*> sink_outs;
     std::optional<FrameInfo> current;
+    std::deque<Submitted> in_flight;
+    const auto complete_oldest = [&] {
+      const Completion done = executor->complete(outs);
+      const Submitted f = in_flight.front();
+      in_flight.pop_front();
+      sink->write(f.index, sink_outs);
+      if (const auto record = executor->control_record()) {
+        stats_.set_control(*record);
+        sink->write_control(f.index, *record);
+      }
+      stats_.frames_processed.fetch_add(1, std::memory_order_relaxed);
+      // Decode -> output: the host's decode -> submit, plus the device's start of the frame's
+      // input -> outputs ready where the executor measures it (events), else the host's clock.
+      using Seconds = std::chrono::duration<double>;
+      const double latency = done.device_seconds ? Seconds(f.submitted_at - f.decoded_at).count() + *done.device_seconds
+                                                 : Seconds(Clock::now() - f.decoded_at).count();
+      stats_.observe_latency(latency);
+    };
     try {
       executor = make_executor(device_, cpu_threads_);
-      while (auto frame = impl_->queue.pop()) {
+      while (true) {
+        std::optional<DecodedFrame> frame = in_flight.empty() ? impl_->queue.pop() : impl_->queue.try_pop();
+        if (!frame) {
+          if (in_flight.empty()) break;   // closed and drained
+          complete_oldest();
+          continue;
+        }
         stats_.queue_depth.store(static_cast<int64_t>(impl_->queue.size()), std::memory_order_relaxed);
         stats_.pool_in_use.store(decode_pool->in_use(), std::memory_order_relaxed);
         if (!current || !(*current == frame->info)) {
+          while (!in_flight.empty()) complete_oldest();
           if (sink) sink->flush();
           plans = make_output_plans(spec_, frame->info);
           executor->setup(frame->info, make_color_params(spec_.color, frame->info), plans, 1);
@@ -285,24 +318,25 @@ void PipelineRunner::start() {
           stats_.set_frame(describe(frame->info));
           current = frame->info;
         }
-        executor->process_frames({&frame->view, 1}, {&frame->memory, 1}, outs);
-        sink->write(frame->index, sink_outs);
-        if (const auto record = executor->control_record()) {
-          stats_.set_control(*record);
-          sink->write_control(frame->index, *record);
-        }
-        stats_.frames_processed.fetch_add(1, std::memory_order_relaxed);
-        stats_.observe_latency(
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - frame->decoded_at).count());
+        if (static_cast<int>(in_flight.size()) == executor->max_in_flight()) complete_oldest();
+        executor->submit({&frame->view, 1}, {&frame->memory, 1}, {&frame->owner, 1});
+        in_flight.push_back({frame->index, frame->decoded_at, Clock::now()});
       }
+      // Final counts: the decode thread has ended (it closes the queue last) and nothing is in
+      // flight, so the only slot still leased is the preview frame's (latest_frame()).
+      stats_.queue_depth.store(0, std::memory_order_relaxed);
+      stats_.pool_in_use.store(decode_pool->in_use(), std::memory_order_relaxed);
       if (sink) sink->flush();
     } catch (const std::exception& e) {
-      // A plan, device or sink failure ends this pipeline only; the source stops too.
+      // A plan, device or sink failure ends this pipeline only; the source stops too. Frames in
+      // flight are dropped once the executor is done with them (its destructor waits).
       stats_.set_error(e.what());
       stats_.set_state(SourceState::Failed);
       spdlog::error("pipeline '{}': {}", spec_.name, e.what());
       request_stop();
       impl_->queue.close();
+      for (size_t i = 0; i < in_flight.size(); ++i) stats_.drop(DropReason::ProcessError);
+      executor.reset();
       while (impl_->queue.pop()) stats_.drop(DropReason::ProcessError);
     }
     done_.store(true, std::memory_order_release);

@@ -63,7 +63,7 @@ struct OpenCvChain {
   Work work;
   std::vector<std::vector<std::byte>> outs;
   cv::Mat rgb, cls_resized, det_resized, det_boxed;
-  std::vector<cv::Mat> planes;
+  std::vector<cv::Mat> cls_planes, det_planes;   // one set per output: split reuses them, no reallocation
 
   OpenCvChain(Work w, const std::vector<OutputPlan>& plans) : work(w), outs(test::poisoned_outputs(plans, 1)) {}
 
@@ -74,21 +74,21 @@ struct OpenCvChain {
     size_t k = 0;
     if (work != Work::Detect) {   // torchvision Resize(256) + CenterCrop(224) + Normalize
       cv::resize(rgb, cls_resized, cv::Size(455, 256), 0, 0, cv::INTER_LINEAR);
-      cv::split(cls_resized(cv::Rect(116, 16, 224, 224)), planes);
+      cv::split(cls_resized(cv::Rect(116, 16, 224, 224)), cls_planes);
       auto* dst = reinterpret_cast<float*>(outs[k++].data());
       for (int c = 0; c < 3; ++c) {
         cv::Mat plane(224, 224, CV_32F, dst + c * 224 * 224);
-        planes[c].convertTo(plane, CV_32F, 1.0 / (255.0 * kStd[c]), -kMean[c] / kStd[c]);
+        cls_planes[c].convertTo(plane, CV_32F, 1.0 / (255.0 * kStd[c]), -kMean[c] / kStd[c]);
       }
     }
     if (work != Work::Classify) {   // letterbox 640x640, /255, CHW f16
       cv::resize(rgb, det_resized, cv::Size(640, 360), 0, 0, cv::INTER_LINEAR);
       cv::copyMakeBorder(det_resized, det_boxed, 140, 140, 0, 0, cv::BORDER_CONSTANT, cv::Scalar::all(114));
-      cv::split(det_boxed, planes);
+      cv::split(det_boxed, det_planes);
       auto* dst = reinterpret_cast<uint16_t*>(outs[k++].data());
       for (int c = 0; c < 3; ++c) {
         cv::Mat plane(640, 640, CV_16F, dst + c * 640 * 640);
-        planes[c].convertTo(plane, CV_16F, 1.0 / 255.0);
+        det_planes[c].convertTo(plane, CV_16F, 1.0 / 255.0);
       }
     }
     if (work == Work::Three) {   // thumbnail straight into the output buffer

@@ -8,7 +8,9 @@
 //! "warm" reads one frame and writes one output set. Bytes counted ("required"): every output
 //! element written once + the 32-byte sectors of the source planes the chain's taps touch (counted
 //! on the host by running Chain::pixel with a reader that records addresses), each once per frame.
-//! The copy ceiling is a device-to-device cudaMemcpy of 1 GiB, counting bytes read + written.
+//! The copy ceiling is a device-to-device cudaMemcpy of 1 GiB, counting bytes read + written. The
+//! launch floor: empty kernels launched back to back, on the stream and as graphs of one and two
+//! nodes (run's shape: upload + kernel), µs per launch or replay.
 //! Usage: gpu_bench [--json FILE] [--rows 0|1|2|4] [--samples N] [--workload NAME] [--batch 1|16]
 #include <cuda_runtime_api.h>
 
@@ -119,7 +121,8 @@ struct Instance {
   FusedPreprocess fused;
   std::unique_ptr<DeviceOutputs> outs;
   cuda::DeviceBuffer slots;    //!< FrameSlot[batch] for the unfused chain
-  cuda::DeviceBuffer params;   //!< FusedParams for launch_fused
+  cuda::DeviceBuffer params;   //!< device copy of the per-call block, for kernel-only launches
+  FusedLaunch launch{};        //!< the kernel's parameter, reading `params`
   cuda::GraphExec graph;
 };
 
@@ -134,6 +137,8 @@ std::unique_ptr<Instance> make_instance(const FrameInfo& info, std::span<const O
   cuda::check(cudaMemcpy(in->slots.as(), frames.data(), frames.size_bytes(), cudaMemcpyHostToDevice), "slots");
   in->params = cuda::alloc_device(sizeof(FusedParams));
   cuda::check(cudaMemcpy(in->params.as(), &in->fused.params(), sizeof(FusedParams), cudaMemcpyHostToDevice), "params");
+  in->launch = in->fused.launch_data();
+  in->launch.block = in->params.as<FusedParams>();
   in->graph = cuda::capture_graph(stream, [&](cudaStream_t st) { in->fused.run(st); }).exec;
   return in;
 }
@@ -161,6 +166,23 @@ int run(const Options& opt) {
   const double copy = copy_ceiling_gbps(stream, opt.samples);
   std::printf("device: %s, %d SMs, L2 %d MB; copy ceiling (D2D cudaMemcpy, read+write): %.0f GB/s\n", prop.name,
               prop.multiProcessorCount, prop.l2CacheSize >> 20, copy);
+  std::vector<Row> rows;
+  {
+    const auto empty = [&](cudaStream_t s) { cuda::check(launch_empty(s), "empty kernel"); };
+    const cuda::CapturedGraph one = cuda::capture_graph(stream, empty);
+    const cuda::CapturedGraph two = cuda::capture_graph(stream, [&](cudaStream_t s) {
+      empty(s);
+      empty(s);
+    });
+    const double launch = time_us(stream, opt.samples, [&](int) { empty(stream); });
+    const double graph1 = time_us(stream, opt.samples, [&](int) { cuda::check(cudaGraphLaunch(one.exec, stream), "graph"); });
+    const double graph2 = time_us(stream, opt.samples, [&](int) { cuda::check(cudaGraphLaunch(two.exec, stream), "graph"); });
+    std::printf("launch floor (empty kernels, µs per launch/replay): stream %.2f, graph of 1 node %.2f, of 2 nodes %.2f\n",
+                launch, graph1, graph2);
+    rows.push_back({"floor", "kernel", "-", 1, launch, 0, 0});
+    rows.push_back({"floor", "graph1", "-", 1, graph1, 0, 0});
+    rows.push_back({"floor", "graph2", "-", 1, graph2, 0, 0});
+  }
 
   // Frame pool: 8 distinct random frames, each uploaded kPoolFrames / 8 times (distinct addresses).
   std::vector<test::HostImage> images;
@@ -174,7 +196,6 @@ int run(const Options& opt) {
       {"classify", {workloads::classify_spec()}},
       {"detect", {workloads::detect_spec()}},
       {"classify+detect+thumb", {workloads::classify_spec(), workloads::detect_spec(), workloads::thumbnail_spec()}}};
-  std::vector<Row> rows;
   bool mismatch = false;
   for (const auto& w : workloads) {
     if (!opt.workload.empty() && opt.workload != w.name) continue;
@@ -200,12 +221,12 @@ int run(const Options& opt) {
       const std::vector<FrameSlot> same(size_t(batch), FrameSlot{pool[0].view, color});
       const auto warm = make_instance(info, plans, same, opt.rows, stream);
       const int rows_used = warm->fused.rows_per_thread();
-      const int32_t tiles = warm->fused.params().tile_begin[kMaxOutputs];
+      const int32_t tiles = warm->fused.launch_data().tile_begin[kMaxOutputs];
       UnfusedPreprocess unfused;
       unfused.setup(info, plans, batch);
 
       const auto kernel = [&](const Instance& in) {
-        cuda::check(launch_fused(info.format, rows_used, in.params.as<FusedParams>(), tiles, 0, batch, stream), "kernel");
+        cuda::check(launch_fused(info.format, rows_used, in.launch, 0, batch, stream), "kernel");
       };
       const auto pick = [&](int i) -> const Instance& { return *cold[size_t(i % sets)]; };
       const auto add = [&](const char* mode, const char* cache, double us) {

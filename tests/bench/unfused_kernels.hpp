@@ -16,6 +16,10 @@
 
 namespace framefuse::bench {
 
+//! Enqueues one empty kernel (one block of one thread): what a launch costs on this host with no
+//! work, the floor under every mode's per-launch time.
+cudaError_t launch_empty(cudaStream_t stream);
+
 class UnfusedPreprocess {
  public:
   //! Allocates the intermediates for `max_batch` frames. Throws ConfigError for non-Rgb outputs.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU lane (run on a host with a CUDA device): configure (Release), build only the GPU targets
-# (gpu_tests, gpu_bench), run the `gpu`-labelled ctests, compute-sanitizer memcheck + racecheck on
+# (gpu_tests, gpu_bench, control_bench), run the `gpu`-labelled ctests, compute-sanitizer memcheck + racecheck on
 # gpu_tests, the GPU benchmark and, where python3 has torch + torchvision, the torchvision
 # comparison; a summary table is printed last. Logs and JSON go to $OUT when set (else
 # $BUILD_DIR/gpu-lane). Exit status: 0 only when every step that ran passed.
@@ -12,7 +12,7 @@ ROOT=$PWD
 BUILD_DIR=${BUILD_DIR:-build-gpu-lane}
 LOGS=${OUT:-$BUILD_DIR/gpu-lane}
 JOBS=${JOBS:-$(nproc)}
-SANITIZER_FILTER=${SANITIZER_FILTER:--*b16*:SampleClip.*}
+SANITIZER_FILTER=${SANITIZER_FILTER:--*b16*:SampleClip.*:*GpuEngine*}
 mkdir -p "$BUILD_DIR" "$LOGS"
 LANE_LOG=$LOGS/lane.log
 : >"$LANE_LOG"
@@ -49,8 +49,8 @@ if logged configure cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Relea
 else
   record configure FAIL "see lane.log"
 fi
-if ((failed == 0)) && logged build cmake --build "$BUILD_DIR" --target gpu_tests gpu_bench -j"$JOBS"; then
-  record build ok "gpu_tests gpu_bench"
+if ((failed == 0)) && logged build cmake --build "$BUILD_DIR" --target gpu_tests gpu_bench control_bench -j"$JOBS"; then
+  record build ok "gpu_tests gpu_bench control_bench"
 else
   record build FAIL "see lane.log"
 fi
@@ -83,7 +83,7 @@ if ((failed == 0)); then
       record memcheck FAIL "$errors"
     fi
     if logged racecheck compute-sanitizer --tool racecheck --error-exitcode 1 \
-        "$tests_bin" --gtest_filter='*yuv420p_odd*:GraphCapture.*:GpuControlGraph.*'; then
+        "$tests_bin" --gtest_filter='*yuv420p_odd*:GraphCapture.*:GpuControlGraph.*:GpuControlFused.*'; then
       record racecheck ok "$(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$LANE_LOG" | tail -1)"
     else
       record racecheck FAIL "$(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$LANE_LOG" | tail -1)"
@@ -97,6 +97,11 @@ if ((failed == 0)); then
       record gpu_bench ok "gpu_bench.json"
     else
       record gpu_bench FAIL "see gpu_bench.log"
+    fi
+    if logged control_bench "$BUILD_DIR/tests/bench/control_bench" >"$LOGS/control_bench.log"; then
+      record control_bench ok "control_bench.log"
+    else
+      record control_bench FAIL "see control_bench.log"
     fi
     if [[ ${SKIP_TORCH:-0} != 1 ]] && python3 -c 'import torch, torchvision' 2>/dev/null; then
       if logged torchvision env PYTHONUNBUFFERED=1 python3 tests/bench/torchvision_bench.py \
@@ -115,6 +120,10 @@ fi
   echo
   if [[ -f $LOGS/gpu_bench.log ]]; then
     grep -E '^(device|\||\(|MISMATCH)' "$LOGS/gpu_bench.log"
+    echo
+  fi
+  if [[ -f $LOGS/control_bench.log ]]; then
+    grep -E '^(device|\||\()' "$LOGS/control_bench.log"
     echo
   fi
   if [[ -f $LOGS/torchvision.log ]]; then

@@ -2,10 +2,12 @@
 //! Specs shared by the control tests (CPU: tests/unit/control_test.cpp, GPU:
 //! tests/gpu/control_gpu_test.cpp): a 320x180 RGB stream at 25 fps and the outputs whose bytes
 //! expose what control did (gray f32 = luma x gain; an unresized u8 window = the pixels under it).
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "pipeline/control/stats.hpp"
 #include "pipeline/fused/plan.hpp"
 #include "pipeline/spec.hpp"
 
@@ -45,6 +47,12 @@ inline PipelineSpec control_pipeline(std::string name, std::vector<OutputSpec> o
   control.enabled = true;
   p.control = std::move(control);
   return p;
+}
+
+//! Luma (0..1, clamped; NaN -> 0) as a thumbnail value: round(luma * kLumaOne).
+inline uint16_t to_q(float luma) {
+  const float c = luma > 0.f ? (luma < 1.f ? luma : 1.f) : 0.f;
+  return static_cast<uint16_t>(c * float(control::kLumaOne) + 0.5f);
 }
 
 //! The kControlW x kControlH RGB24 stream.

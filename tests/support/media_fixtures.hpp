@@ -1,13 +1,15 @@
 #pragma once
-//! Helpers of the tests that decode media: temporary folders, clips made with the ffmpeg CLI, and
-//! frame planes without their row padding.
+//! Helpers of the tests that decode media: temporary folders, clips made with the ffmpeg CLI or
+//! remuxed with FFmpeg's libraries, and frame planes without their row padding.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <stdexcept>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -40,6 +42,24 @@ inline void ffmpeg(const std::string& args) {
   const std::string cmd = "ffmpeg -hide_banner -loglevel error -nostdin -y " + args;
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
 }
+
+//! Writes the video streams of `clips`, one after the other, as one MPEG-TS file at `out` (stream
+//! copy with libavformat, no encoder: works with a minimal FFmpeg): each clip becomes a complete TS
+//! segment and the segments are joined byte for byte, as a broadcast splice would, so a decoder
+//! reading `out` meets each clip's own parameter sets (size, format) where its segment starts. At
+//! most `max_frames_each` packets of each clip (-1: all; packets are cut in decode order, so every
+//! kept frame stays decodable). Throws std::runtime_error naming the clip and what failed.
+void concat_as_mpegts(std::span<const std::filesystem::path> clips, const std::filesystem::path& out,
+                      int max_frames_each = -1);
+
+//! Every file under `dir`, by path relative to it ("out/00000003.npy"), with its bytes: what a
+//! sink wrote, to compare between runs.
+std::map<std::string, std::string> read_files(const std::filesystem::path& dir);
+
+//! The shape in a .npy (format 1.0) file's header, {} when it has none.
+std::vector<int64_t> npy_shape(const std::string& npy);
+//! The array bytes of a .npy (format 1.0) file, after its header.
+std::span<const std::byte> npy_payload(const std::string& npy);
 
 //! Rows of every plane of `f` (host memory), without pitch padding, in the ops' plane layout.
 inline Planes tight_planes(const DecodedFrame& f) {

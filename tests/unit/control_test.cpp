@@ -105,13 +105,13 @@ struct Rig {
     engine.setup(control::make_control_params(p.control, test::control_frame_info(), plans, kFps, kContext));
   }
 
-  //! One iteration whose thumbnail is `fill`(x, y); returns the state the frame's outputs got.
+  //! One iteration whose thumbnail is `fill`(x, y) (luma, quantised); returns the state the
+  //! frame's outputs got.
   control::ControlState step(const std::function<float(int, int)>& fill) {
-    engine.control_step();
     const control::ControlState applied = engine.state();
-    float* t = engine.thumbnail();
+    uint16_t* t = engine.thumbnail();
     for (int y = 0; y < control::kThumbH; ++y)
-      for (int x = 0; x < control::kThumbW; ++x) t[y * control::kThumbW + x] = fill(x, y);
+      for (int x = 0; x < control::kThumbW; ++x) t[y * control::kThumbW + x] = test::to_q(fill(x, y));
     engine.stats_step();
     return applied;
   }
@@ -247,10 +247,10 @@ TEST(Stats, PartialSumsMergedInAnyOrderEqualTheSequentialSums) {
   // they arrive. Integer sums: the result equals the one-pass CPU sums exactly.
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> luma(-0.1f, 1.1f);
-  std::vector<float> cur(control::kThumbPixels), prev(control::kThumbPixels);
+  std::vector<uint16_t> cur(control::kThumbPixels), prev(control::kThumbPixels);
   for (size_t i = 0; i < cur.size(); ++i) {
-    cur[i] = luma(rng);
-    prev[i] = i % 3 ? cur[i] : luma(rng);
+    cur[i] = test::to_q(luma(rng));
+    prev[i] = i % 3 ? cur[i] : test::to_q(luma(rng));
   }
   const control::Region region = control::thumb_region(33, 10, 200, 150, kW, kH);
   const auto sample = [&](int32_t t) {
@@ -283,16 +283,99 @@ TEST(Stats, PartialSumsMergedInAnyOrderEqualTheSequentialSums) {
   EXPECT_GT(total.moving, 0u);
 }
 
-TEST(Stats, ThumbnailFromTheFusedPassKeepsTheFrameMean) {
-  // Area averaging by 2.5 x 2.5 weighs every source pixel equally: the thumbnail's mean is the
-  // frame's mean luma, and a window's mean is that of the pixels under it.
+//! The thumbnail of `img` from its definition (thumbnail.hpp), in double: cell edges and sample
+//! positions by floor(), luma per sample from the Y plane or 0.299 R + 0.587 G + 0.114 B, the
+//! mean range-normalised. kThumbPixels values on the 0..kLumaOne scale, not rounded.
+std::vector<double> reference_thumbnail(const test::HostImage& img, bool limited) {
+  const auto sample = [](int cell, int cells, int size, int k) {
+    const double lo = std::floor(double(cell) * size / cells), hi = std::floor(double(cell + 1) * size / cells);
+    return int(lo + std::floor((k + 0.5) * (hi - lo) / 4));
+  };
+  const auto luma = [&](int x, int y) -> double {   // 8-bit scale
+    const uint8_t* row = img.planes[0].data() + size_t(y) * img.pitch[0];
+    switch (img.format) {
+      case ops::PixelFormat::P010: return (row[2 * x] | row[2 * x + 1] << 8) / 256.0;
+      case ops::PixelFormat::Rgb24: return 0.299 * row[3 * x] + 0.587 * row[3 * x + 1] + 0.114 * row[3 * x + 2];
+      case ops::PixelFormat::Bgr24: return 0.299 * row[3 * x + 2] + 0.587 * row[3 * x + 1] + 0.114 * row[3 * x];
+      default: return row[x];
+    }
+  };
+  std::vector<double> t(control::kThumbPixels);
+  for (int ty = 0; ty < control::kThumbH; ++ty) {
+    for (int tx = 0; tx < control::kThumbW; ++tx) {
+      double sum = 0;
+      for (int j = 0; j < 4; ++j)
+        for (int i = 0; i < 4; ++i)
+          sum += luma(sample(tx, control::kThumbW, img.width, i), sample(ty, control::kThumbH, img.height, j));
+      const double v = limited ? (sum / 16 - 16) / 219 : sum / 16 / 255;
+      t[size_t(ty) * control::kThumbW + tx] = std::clamp(v, 0.0, 1.0) * control::kLumaOne;
+    }
+  }
+  return t;
+}
+
+TEST(Thumbnail, MatchesItsDefinitionOnEveryFormatAndRange) {
+  // Random frames of every format, both ranges, 1080p, odd sizes and frames narrower than the
+  // thumbnail. YUV: within rounding of the exact normalised mean; RGB: also within the rounding of
+  // each sample's integer gray (half a code).
+  struct Case {
+    ops::PixelFormat format;
+    int w, h;
+    ops::ColorRange range;
+  };
+  const Case cases[] = {
+      {ops::PixelFormat::Nv12, 1920, 1080, ops::ColorRange::Limited}, {ops::PixelFormat::Nv12, 1920, 1080, ops::ColorRange::Full},
+      {ops::PixelFormat::P010, 1280, 720, ops::ColorRange::Limited},  {ops::PixelFormat::Yuv420p, 333, 201, ops::ColorRange::Full},
+      {ops::PixelFormat::Yuv420p, 100, 50, ops::ColorRange::Limited}, {ops::PixelFormat::Rgb24, 320, 180, ops::ColorRange::Full},
+      {ops::PixelFormat::Bgr24, 641, 359, ops::ColorRange::Limited},   // RGB is full range whatever the stream says
+  };
+  uint32_t seed = 70;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(testing::Message() << int(c.format) << " " << c.w << "x" << c.h << " range " << int(c.range));
+    const test::HostImage img = test::random_image(c.format, c.w, c.h, seed++);
+    ColorSpec color;
+    color.range = c.range;
+    FrameInfo frame{};
+    frame.width = c.w;
+    frame.height = c.h;
+    frame.format = c.format;
+    const bool rgb = c.format == ops::PixelFormat::Rgb24 || c.format == ops::PixelFormat::Bgr24;
+    const std::vector<double> ref = reference_thumbnail(img, !rgb && c.range == ops::ColorRange::Limited);
+    ControlEngine engine;
+    engine.setup(control::make_control_params(ControlSpec{}, frame,
+                                              make_output_plans(test::control_pipeline("t", {gray_output("o")}, ControlSpec{}), frame),
+                                              kFps, kContext));
+    engine.measure(img.view(), make_color_params(color, frame));
+    const double tolerance = rgb ? 0.5001 + 0.5 * 257 : 0.5001;
+    double worst = 0, lo = 1e9, hi = -1;
+    for (int i = 0; i < control::kThumbPixels; ++i) {
+      worst = std::max(worst, std::abs(engine.thumbnail()[i] - ref[size_t(i)]));
+      lo = std::min(lo, ref[size_t(i)]);
+      hi = std::max(hi, ref[size_t(i)]);
+    }
+    EXPECT_LE(worst, tolerance);
+    EXPECT_GT(hi - lo, 0.2 * control::kLumaOne) << "the frame's thumbnail is too flat to tell anything";
+  }
+}
+
+TEST(Stats, RecordDescribesTheFramesThumbnail) {
+  // Through the executor: the record's means are those of the thumbnail of the frame (computed
+  // from its definition) over the whole frame and over each output's window.
   Harness h(test::control_pipeline("test", {gray_output("all"), gray_output("box", pixels(80, 45, 160, 90))}, ControlSpec{}));
+  const auto mean = [](const std::vector<double>& t, int x0, int y0, int x1, int y1) {
+    double s = 0;
+    for (int y = y0; y < y1; ++y)
+      for (int x = x0; x < x1; ++x) s += std::round(t[size_t(y) * control::kThumbW + x]) / control::kLumaOne;
+    return s / ((x1 - x0) * (y1 - y0));
+  };
   for (uint32_t seed : {1u, 2u, 3u}) {
     const test::HostImage img = textured(seed, 0, 255);
     const ControlRecord r = h.step(img);
-    EXPECT_NEAR(r.mean_luma, mean_luma(img, 0, 0, kW, kH), 2e-5);
-    EXPECT_NEAR(r.out[0].mean_luma, mean_luma(img, 0, 0, kW, kH), 2e-5);
-    EXPECT_NEAR(r.out[1].mean_luma, mean_luma(img, 80, 45, 160, 90), 2e-5);
+    const std::vector<double> t = reference_thumbnail(img, false);
+    EXPECT_NEAR(r.mean_luma, mean(t, 0, 0, 128, 72), 2e-3);   // RGB: per-sample gray rounding
+    EXPECT_NEAR(r.out[0].mean_luma, mean(t, 0, 0, 128, 72), 2e-3);
+    EXPECT_NEAR(r.out[1].mean_luma, mean(t, 32, 18, 96, 54), 2e-3);   // 80..240 x 45..135 at 0.4
+    EXPECT_NEAR(r.mean_luma, mean_luma(img, 0, 0, kW, kH), 0.02);     // and roughly the frame's mean
     EXPECT_EQ(r.out[1].x, 80);
     EXPECT_EQ(r.out[1].y, 45);
     EXPECT_EQ(r.out[1].w, 160);
@@ -330,7 +413,7 @@ TEST(Delay, ControlOfFrameNReadsFrameNMinusDOnly) {
     spec.health.enabled = true;
     Rig rig(spec);
     for (int n = 0; n < 40; ++n) {
-      rig.engine.control_step();
+      // Iteration n - 1 ran the loops for frame n: on slot n - d, nothing newer.
       const auto& header = rig.engine.block().header;
       ASSERT_EQ(header.iteration, uint64_t(n));
       if (n >= d) {
@@ -338,7 +421,7 @@ TEST(Delay, ControlOfFrameNReadsFrameNMinusDOnly) {
         EXPECT_EQ(read.iteration, uint64_t(n - d));
         EXPECT_NEAR(read.stats.region[0].mean, stepped(n - d), 1e-4);
       }
-      std::fill_n(rig.engine.thumbnail(), control::kThumbPixels, stepped(n));
+      std::fill_n(rig.engine.thumbnail(), control::kThumbPixels, test::to_q(stepped(n)));
       rig.engine.stats_step();
       EXPECT_EQ(rig.engine.slots()[size_t(n % (d + 1))].iteration, uint64_t(n));
     }
@@ -369,8 +452,9 @@ TEST(Delay, ControlNeverDependsOnNewerFrames) {
         };
         const control::ControlState sa = a.step(frame(n < s ? common : future_a));
         const control::ControlState sb = b.step(frame(n < s ? common : future_b));
+        // The record of frame n carries the health flags as of frame n - d.
         const bool same = std::memcmp(&sa, &sb, sizeof sa) == 0 &&
-                          a.engine.block().loops.health.flags == b.engine.block().loops.health.flags;
+                          a.engine.record().health_flags == b.engine.record().health_flags;
         if (n < s + d) EXPECT_TRUE(same) << "frame " << n;
         if (n == s + d) EXPECT_NE(sa.out[0].gain, sb.out[0].gain) << "frame " << n;
       }
@@ -768,9 +852,9 @@ TEST(ControlPlan, RejectsBadParameters) {
        "control health durations must not be negative (frozen_after > 0)"},
       {"too many outputs",
        [](PipelineSpec& p) {
-         while (p.outputs.size() < 8) p.outputs.push_back(gray_output("o" + std::to_string(p.outputs.size())));
+         while (p.outputs.size() < 9) p.outputs.push_back(gray_output("o" + std::to_string(p.outputs.size())));
        },
-       "control takes one of the 8 fused outputs for its thumbnail, so the pipeline may have 1..7 outputs, not 8"},
+       "control measures 1..8 outputs, the pipeline has 9"},
   };
   for (const auto& c : cases) {
     ControlSpec spec = with_auto_gain(1);
@@ -814,9 +898,6 @@ TEST(ControlPlan, ConvertsDurationsAndFractions) {
             (std::array{80, 90, 240, 180}));
   EXPECT_FLOAT_EQ(c.roi_follow.dead_x, 16.f);
   EXPECT_FLOAT_EQ(c.roi_follow.dead_y, 9.f);
-  EXPECT_EQ(c.thumbnail.store.width, control::kThumbW);
-  EXPECT_EQ(c.thumbnail.store.height, control::kThumbH);
-  EXPECT_EQ(c.thumbnail.resize.interp, ops::Interp::AreaBox);
   // The window starts inside the bounds: planned at (100, 20), moved down to y = 90.
   const control::ControlBlock b = control::initial_block(c);
   EXPECT_EQ(b.state.out[0].dx, 0);

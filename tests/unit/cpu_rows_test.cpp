@@ -2,7 +2,9 @@
 //! element it writes must be bit-identical, f32 included, to ops::Chain::pixel run pixel by pixel
 //! over the same frame. Covered: every format, chroma mode and interpolation, integer ratios (zero
 //! weights dropped), strong and mild down- and upscales, windows that pad, outputs taller than one
-//! band, batches, several threads, and control (auto_gain, roi_follow) moving windows and gains.
+//! band, batches, several threads, and control (auto_gain, roi_follow) moving windows and gains;
+//! the shuffle gathers and the integer-factor box path with both chroma parities, their scalar
+//! fallbacks (rows ending inside a window) and single weight-1 taps.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -173,23 +175,93 @@ TEST(CpuRows, SeededRandomPipelines) {
   }
 }
 
-TEST(CpuRows, ControlledWindowsAndGainsMatchPixels) {
-  // A bright square moves across a textured NV12 frame; roi_follow moves the resized window, auto_gain
-  // scales every output. Each frame's outputs must equal Chain::pixel on the planned parameters with
-  // the record's window and gain applied (the row tables are crop-relative, built once at setup).
+// 8-bit YUV with nearest chroma gathers samples by byte shuffles; INTER_AREA at an integer factor
+// (2x .. 8x) takes the box path (conversion and box sums in one pass, chroma terms shared by the
+// taps on one chroma column); single taps of weight 1 skip the resample and blend passes. Windows
+// near the right edge fall back to scalar reads; crops at odd x flip the chroma parity.
+TEST(CpuRows, ShuffleGathersAndBoxPathsMatchPixels) {
+  const auto crop = [](OutputSpec s, int x, int y, int w, int h) {
+    s.crop = {double(x), double(y), double(w), double(h), false};
+    return s;
+  };
+  const std::vector<Case> cases = {
+      // 6x6 boxes over the whole frame (the thumbnail case), 3x strided linear, 2x nearest
+      {PixelFormat::Nv12, 384, 96, ChromaUpsample::Nearest, ChromaLocation::Left,
+       {output("box6", 64, 16, Interp::Area, DType::U8, Layout::Hwc),
+        output("lin3", 128, 32, Interp::Linear, DType::F16, Layout::Chw),
+        output("near2", 192, 48, Interp::Nearest, DType::F32, Layout::Chw, ChannelOrder::Gray)},
+       1, 2, 11u},
+      // odd frame width, odd crop x (chroma parity 1), odd factors 3, 5 and 7, box on x only
+      {PixelFormat::Nv12, 451, 67, ChromaUpsample::Nearest, ChromaLocation::Left,
+       {crop(output("box5", 41, 13, Interp::Area, DType::F32, Layout::Chw), 37, 2, 205, 65),
+        crop(output("box7x", 57, 20, Interp::Area, DType::F32, Layout::Hwc, ChannelOrder::Bgr), 1, 0, 399, 67),
+        crop(output("box3", 50, 21, Interp::Area, DType::F16, Layout::Hwc), 3, 1, 150, 63)},
+       2, 3, 12u},
+      // planar YUV, even factors 2, 4 and 8 at odd and even crops, letterbox and centre-crop windows
+      {PixelFormat::Yuv420p, 333, 121, ChromaUpsample::Nearest, ChromaLocation::Left,
+       {crop(output("box2", 80, 50, Interp::Area, DType::F32, Layout::Chw, ChannelOrder::Rgb, AspectMode::Letterbox),
+             9, 5, 160, 100),
+        crop(output("box4", 70, 20, Interp::Area, DType::U8, Layout::Chw, ChannelOrder::Gray,
+                    AspectMode::CenterCropFill),
+             13, 0, 320, 120),
+        crop(output("box8", 41, 15, Interp::Area, DType::F32, Layout::Hwc), 4, 1, 328, 120),
+        output("lin4", 83, 30, Interp::Linear, DType::F32, Layout::Chw)},
+       1, 2, 13u},
+      // 9x boxes (wider than the box path: tap tables), and the same outputs with linear chroma
+      {PixelFormat::Nv12, 279, 45, ChromaUpsample::Nearest, ChromaLocation::Left,
+       {output("box9", 31, 5, Interp::Area, DType::F32, Layout::Chw),
+        crop(output("box6", 45, 7, Interp::Area, DType::F32, Layout::Chw), 1, 1, 270, 42)},
+       1, 1, 14u},
+      {PixelFormat::Nv12, 279, 45, ChromaUpsample::Linear, ChromaLocation::Center,
+       {crop(output("box6", 45, 7, Interp::Area, DType::F32, Layout::Chw), 1, 1, 270, 42)}, 1, 1, 15u},
+      // rows narrower than a shuffle window: every block reads scalar
+      {PixelFormat::Nv12, 30, 14, ChromaUpsample::Nearest, ChromaLocation::Left,
+       {output("box2", 15, 7, Interp::Area, DType::F32, Layout::Chw),
+        crop(output("box3", 9, 4, Interp::Area, DType::F32, Layout::Hwc), 1, 1, 27, 12),
+        output("lin3", 10, 5, Interp::Linear, DType::F32, Layout::Chw)},
+       1, 1, 16u},
+      {PixelFormat::Yuv420p, 23, 9, ChromaUpsample::Nearest, ChromaLocation::Left,
+       {crop(output("box2", 11, 4, Interp::Area, DType::F32, Layout::Chw), 1, 0, 22, 8),
+        output("lin3", 7, 3, Interp::Linear, DType::F16, Layout::Hwc)},
+       1, 1, 17u},
+  };
+  for (const Case& c : cases) expect_rows_equal_pixels(c);
+}
+
+TEST(CpuRows, SeededIntegerRatios) {
+  std::mt19937 rng(91);
+  const auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint32_t>(n)); };
+  for (uint32_t i = 0; i < 40; ++i) {
+    Case c{};
+    c.format = pick(2) ? PixelFormat::Nv12 : PixelFormat::Yuv420p;
+    c.fw = 40 + pick(400);
+    c.fh = 16 + pick(60);
+    c.upsample = ChromaUpsample::Nearest;
+    c.location = ChromaLocation::Left;
+    c.batch = 1;
+    c.threads = 1 + pick(2);
+    c.seed = 300u + i;
+    for (int k = 0, n = 1 + pick(2); k < n; ++k) {
+      const int fx = 1 + pick(9), fy = 1 + pick(5);   // 1x .. 9x across, 1x .. 5x down
+      const int x = pick(c.fw / 4), y = pick(c.fh / 4);
+      const int ow = std::max(1, (c.fw - x) / fx - pick(3)), oh = std::max(1, (c.fh - y) / fy);
+      OutputSpec s = output(("o" + std::to_string(k)).c_str(), ow, oh, static_cast<Interp>(pick(3)),
+                            static_cast<DType>(pick(3)), static_cast<Layout>(pick(2)),
+                            static_cast<ChannelOrder>(pick(3)), static_cast<AspectMode>(pick(3)));
+      s.crop = {double(x), double(y), double(std::min(c.fw - x, ow * fx)), double(std::min(c.fh - y, oh * fy)), false};
+      c.outputs.push_back(s);
+    }
+    expect_rows_equal_pixels(c);
+    if (HasFailure()) break;   // the first failing case says enough
+  }
+}
+
+//! Runs `spec` (control on) over 12 frames of a bright square moving across a textured NV12 frame:
+//! roi_follow moves output "win", auto_gain scales every output. Each frame's outputs must equal
+//! Chain::pixel on the planned parameters with the record's window and gain applied (the row tables
+//! are crop-relative, built once at setup).
+void expect_controlled_rows_equal_pixels(const PipelineSpec& spec, bool odd_x_required) {
   constexpr int kW = 320, kH = 180;
-  PipelineSpec spec;
-  spec.name = "rows";
-  OutputSpec win = output("win", 40, 30, Interp::Linear, DType::F32, Layout::Chw);
-  win.crop = {128, 58, 64, 64, false};
-  spec.outputs = {win, output("all", 100, 60, Interp::Area, DType::F16, Layout::Hwc, ChannelOrder::Bgr)};
-  spec.control.enabled = true;
-  spec.control.auto_gain.enabled = true;
-  spec.control.auto_gain.target = 0.7;
-  spec.control.roi_follow.enabled = true;
-  spec.control.roi_follow.output = "win";
-  spec.control.roi_follow.smoothing = 0.5;
-  spec.control.roi_follow.dead_band = 0.01;
   const test::HostImage background = test::random_image(PixelFormat::Nv12, kW, kH, 41u);
   const FrameInfo fi = test::frame_info(background);
   const ops::ColorParams color = make_color_params(spec.color, fi);
@@ -199,7 +271,7 @@ TEST(CpuRows, ControlledWindowsAndGainsMatchPixels) {
   exec.setup_control(control::make_control_params(spec.control, fi, plans, 25.0, "pipeline 'rows'"));
   auto got = test::poisoned_outputs(plans, 1);
   const auto ptrs = test::pointers(got);
-  bool moved = false, gained = false;
+  bool moved = false, gained = false, odd = false;
   for (int n = 0; n < 12; ++n) {
     test::HostImage img = background;
     const int cx = 150 + 8 * n, cy = 90 + static_cast<int>(std::lround(30 * std::sin(n / 3.0)));
@@ -212,6 +284,7 @@ TEST(CpuRows, ControlledWindowsAndGainsMatchPixels) {
       ops::Chain::Params p = plans[k].params;
       const auto& o = record->out[k];
       moved = moved || o.x != p.resize.x0 || o.y != p.resize.y0;
+      odd = odd || (o.x & 1) != 0;
       gained = gained || o.gain != 1.f;
       p.resize.x0 = o.x;
       p.resize.y0 = o.y;
@@ -223,7 +296,39 @@ TEST(CpuRows, ControlledWindowsAndGainsMatchPixels) {
     }
   }
   EXPECT_TRUE(moved) << "roi_follow never moved the window: the test checked nothing it was meant to";
+  EXPECT_TRUE(odd || !odd_x_required) << "the window never sat at an odd x: the test checked nothing it was meant to";
   EXPECT_TRUE(gained) << "auto_gain never changed a gain: the test checked nothing it was meant to";
+}
+
+PipelineSpec controlled_spec(const OutputSpec& win) {
+  PipelineSpec spec;
+  spec.name = "rows";
+  spec.outputs = {win, output("all", 100, 60, Interp::Area, DType::F16, Layout::Hwc, ChannelOrder::Bgr)};
+  spec.control.enabled = true;
+  spec.control.auto_gain.enabled = true;
+  spec.control.auto_gain.target = 0.7;
+  spec.control.roi_follow.enabled = true;
+  spec.control.roi_follow.output = "win";
+  spec.control.roi_follow.smoothing = 0.5;
+  spec.control.roi_follow.dead_band = 0.01;
+  return spec;
+}
+
+TEST(CpuRows, ControlledBoxAndGatherWindowsMatchPixels) {
+  // A box-path window (6x across, 4x down) and a 3x strided linear one, moved to odd and even x:
+  // the shuffle tables hold both chroma parities of the crop x.
+  OutputSpec box = output("win", 16, 16, Interp::Area, DType::F32, Layout::Chw);
+  box.crop = {128, 58, 96, 64, false};
+  expect_controlled_rows_equal_pixels(controlled_spec(box), true);
+  OutputSpec lin = output("win", 32, 20, Interp::Linear, DType::F32, Layout::Hwc);
+  lin.crop = {128, 58, 96, 60, false};
+  expect_controlled_rows_equal_pixels(controlled_spec(lin), true);
+}
+
+TEST(CpuRows, ControlledWindowsAndGainsMatchPixels) {
+  OutputSpec win = output("win", 40, 30, Interp::Linear, DType::F32, Layout::Chw);
+  win.crop = {128, 58, 64, 64, false};
+  expect_controlled_rows_equal_pixels(controlled_spec(win), false);
 }
 
 }  // namespace

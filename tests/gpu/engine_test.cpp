@@ -1,0 +1,254 @@
+//! The asynchronous CUDA executor (ring of in-flight iterations): graph replay, stream launches and
+//! the CPU executor give the same outputs for the same frames, whatever memory the frames are in
+//! and however many iterations are in flight; control runs its iterations in frame order in both
+//! modes; frames are released once the device is done with them, also when the executor goes away
+//! with frames in flight.
+#include <gtest/gtest.h>
+#include <spdlog/fmt/fmt.h>
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pipeline/control/control_engine.hpp"
+#include "pipeline/exec/cpu_executor.hpp"
+#include "pipeline/exec/cuda_executor.hpp"
+#include "pipeline/workloads.hpp"
+#include "tests/gpu/gpu_support.hpp"
+
+namespace framefuse::test {
+namespace {
+
+constexpr int kW = 1280, kH = 720, kFrames = 9;
+
+//! A frame in pinned host memory (the frame pool's kind), same pitches as the host image.
+struct PinnedImage {
+  cuda::PinnedBuffer memory;
+  ops::ImageView view{};
+};
+PinnedImage pin(const HostImage& img) {
+  size_t total = 0;
+  for (const auto& p : img.planes) total += p.size();
+  PinnedImage out{cuda::alloc_pinned(total), img.view()};
+  size_t offset = 0;
+  for (size_t i = 0; i < img.planes.size(); ++i) {
+    std::memcpy(out.memory.as() + offset, img.planes[i].data(), img.planes[i].size());
+    out.view.data[i] = reinterpret_cast<const uint8_t*>(out.memory.as() + offset);
+    offset += img.planes[i].size();
+  }
+  return out;
+}
+
+struct Frames {
+  std::vector<HostImage> host;
+  std::vector<PinnedImage> pinned;
+  std::vector<DeviceImage> device;
+  FrameInfo info;
+  //! Frame i as the executor sees it, in the memory kind that rotates with i.
+  ops::ImageView view(int i) const {
+    switch (memory(i)) {
+      case FrameMemory::Host: return host[size_t(i)].view();
+      case FrameMemory::Pinned: return pinned[size_t(i)].view;
+      case FrameMemory::Device: return device[size_t(i)].view;
+    }
+    return {};
+  }
+  static FrameMemory memory(int i) {
+    constexpr FrameMemory kinds[] = {FrameMemory::Pinned, FrameMemory::Device, FrameMemory::Pinned, FrameMemory::Host};
+    return kinds[i % 4];
+  }
+};
+
+Frames make_frames() {
+  Frames f;
+  for (int i = 0; i < kFrames; ++i) {
+    f.host.push_back(random_image(ops::PixelFormat::Nv12, kW, kH, 4100u + uint32_t(i)));
+    f.pinned.push_back(pin(f.host.back()));
+    f.device.push_back(upload(f.host.back()));
+  }
+  f.info = frame_info(f.host[0], ops::ColorMatrix::Bt709, ops::ColorRange::Limited);
+  return f;
+}
+
+std::vector<OutputPlan> plans_for(const FrameInfo& info) {
+  std::vector<OutputPlan> plans;
+  for (const auto& s : {workloads::classify_spec(), workloads::detect_spec(), workloads::thumbnail_spec()})
+    plans.push_back(make_output_plan(s, info, "engine/" + s.name));
+  return plans;
+}
+
+using Outputs = std::vector<std::vector<std::byte>>;   // per output, one frame
+
+//! Every frame through `exec` (set up already), keeping the ring full: frame i is submitted
+//! before frame i - in_flight completes; `host`: every frame from host memory (the CPU executor),
+//! else in the memory kind Frames::memory(i) says. Checks each owner is dropped by the time its
+//! frame completed. Returns the outputs per frame, and the control record after each.
+struct EngineRun {
+  std::vector<Outputs> outputs;
+  std::vector<std::optional<control::ControlRecord>> records;
+};
+EngineRun run_all(const Frames& f, Executor& exec, std::span<const OutputPlan> plans, bool host = false) {
+  EngineRun run;
+  std::vector<std::weak_ptr<const void>> owners;
+  int completed = 0;
+  const auto complete_one = [&] {
+    auto out = poisoned_outputs(plans, 1);
+    exec.complete(pointers(out));
+    EXPECT_TRUE(owners[size_t(completed)].expired()) << "frame " << completed << " still held after complete()";
+    run.outputs.push_back(std::move(out));
+    run.records.push_back(exec.control_record());
+    ++completed;
+  };
+  for (int i = 0; i < kFrames; ++i) {
+    if (exec.in_flight() == exec.max_in_flight()) complete_one();
+    const ops::ImageView view = host ? f.host[size_t(i)].view() : f.view(i);
+    const FrameMemory memory = host ? FrameMemory::Host : Frames::memory(i);
+    const std::shared_ptr<const void> owner = std::make_shared<int>(i);
+    owners.push_back(owner);
+    exec.submit({&view, 1}, {&memory, 1}, {&owner, 1});
+  }
+  while (exec.in_flight() > 0) complete_one();
+  return run;
+}
+
+TEST(Engine, GraphReplayEqualsStreamLaunchEqualsCpu) {
+  const Frames f = make_frames();
+  const auto plans = plans_for(f.info);
+  const ops::ColorParams color = make_color_params(ColorSpec{}, f.info);
+  CpuExecutor cpu(0);
+  cpu.setup(f.info, color, plans, 1);
+  const EngineRun ref = run_all(f, cpu, plans, true);
+
+  for (const int in_flight : {1, 2, 3}) {
+    std::vector<EngineRun> runs;
+    for (const bool graphs : {true, false}) {
+      SCOPED_TRACE(fmt::format("{} in flight, {}", in_flight, graphs ? "graphs" : "stream launches"));
+      CudaExecutor gpu(0, {.in_flight = in_flight, .graphs = graphs});
+      gpu.setup(f.info, color, plans, 1);
+      runs.push_back(run_all(f, gpu, plans));
+      EXPECT_EQ(gpu.captures(), graphs ? in_flight : 0) << "one capture per slot at setup, replayed after";
+      for (int i = 0; i < kFrames; ++i)
+        for (size_t k = 0; k < plans.size(); ++k)
+          EXPECT_TRUE(matches_cpu(runs.back().outputs[size_t(i)][k], ref.outputs[size_t(i)][k],
+                                  plans[k].params.store.dtype))
+              << "frame " << i << " output " << plans[k].name;
+    }
+    for (int i = 0; i < kFrames; ++i)
+      for (size_t k = 0; k < plans.size(); ++k)
+        EXPECT_TRUE(same_bytes(runs[0].outputs[size_t(i)][k], runs[1].outputs[size_t(i)][k]))
+            << in_flight << " in flight: graph vs stream, frame " << i << " output " << plans[k].name;
+  }
+}
+
+TEST(Engine, ControlRunsInFrameOrderInBothModes) {
+  const Frames f = make_frames();
+  const auto plans = plans_for(f.info);
+  const ops::ColorParams color = make_color_params(ColorSpec{}, f.info);
+  ControlSpec spec;
+  spec.enabled = true;
+  spec.auto_gain.enabled = true;
+  spec.auto_gain.max_step = 0.5;
+  spec.health.enabled = true;
+  const auto params = control::make_control_params(spec, f.info, plans, 30, "engine test");
+  std::vector<EngineRun> runs;
+  for (const bool graphs : {true, false}) {
+    CudaExecutor gpu(0, {.in_flight = 3, .graphs = graphs});
+    gpu.setup(f.info, color, plans, 1);
+    gpu.setup_control(params);
+    runs.push_back(run_all(f, gpu, plans));
+  }
+  // The outputs carry each frame's gain, which depends on every frame before it: equal bytes
+  // mean the same iterations ran in the same order.
+  for (int i = 0; i < kFrames; ++i)
+    for (size_t k = 0; k < plans.size(); ++k)
+      EXPECT_TRUE(same_bytes(runs[0].outputs[size_t(i)][k], runs[1].outputs[size_t(i)][k]))
+          << "frame " << i << " output " << plans[k].name;
+  for (const EngineRun& r : runs) {
+    ASSERT_TRUE(r.records.back().has_value());
+    EXPECT_EQ(r.records.back()->iteration + 1, uint64_t(kFrames)) << "one control iteration per frame";
+  }
+  EXPECT_NE(runs[0].records.back()->out[0].gain, 1.f) << "auto_gain never moved: the test could not see order";
+}
+
+TEST(Engine, FramesInFlightAtShutdownAreReleased) {
+  const Frames f = make_frames();
+  const auto plans = plans_for(f.info);
+  std::atomic<int> released{0};
+  std::vector<std::weak_ptr<const void>> owners;
+  {
+    CudaExecutor gpu(0, {.in_flight = 3});
+    gpu.setup(f.info, make_color_params(ColorSpec{}, f.info), plans, 1);
+    for (int i = 0; i < 3; ++i) {
+      const ops::ImageView view = f.view(i);
+      const FrameMemory memory = Frames::memory(i);
+      const std::shared_ptr<const void> owner(new int(i), [&released](const int* p) {
+        delete p;
+        released.fetch_add(1);
+      });
+      owners.push_back(owner);
+      gpu.submit({&view, 1}, {&memory, 1}, {&owner, 1});
+    }
+    EXPECT_EQ(gpu.in_flight(), 3);
+    const ops::ImageView view = f.view(3);
+    const FrameMemory memory = Frames::memory(3);
+    EXPECT_THROW(gpu.submit({&view, 1}, {&memory, 1}, {}), DeviceError) << "every slot is in flight";
+  }
+  EXPECT_EQ(released.load(), 3);
+  for (const auto& o : owners) EXPECT_TRUE(o.expired());
+}
+
+TEST(Engine, FramesAreReleasedOnceConsumedEvenBeforeTheyComplete) {
+  const Frames f = make_frames();
+  const auto plans = plans_for(f.info);
+  CudaExecutor gpu(0, {.in_flight = 3});
+  gpu.setup(f.info, make_color_params(ColorSpec{}, f.info), plans, 1);
+  std::vector<std::weak_ptr<const void>> owners;
+  for (const int i : {0, 1}) {   // a pinned frame (free once uploaded), an NVDEC-like device frame
+    const ops::ImageView view = f.view(i);
+    const FrameMemory memory = Frames::memory(i);
+    const std::shared_ptr<const void> owner = std::make_shared<int>(i);
+    owners.push_back(owner);
+    gpu.submit({&view, 1}, {&memory, 1}, {&owner, 1});
+  }
+  cuda::check(cudaDeviceSynchronize(), "test: let the iterations finish");   // the test waits, not the engine
+  const ops::ImageView view = f.view(2);
+  const FrameMemory memory = Frames::memory(2);
+  gpu.submit({&view, 1}, {&memory, 1}, {});
+  EXPECT_TRUE(owners[0].expired()) << "an uploaded frame is held after its upload completed";
+  EXPECT_TRUE(owners[1].expired()) << "a device frame is held after its iteration completed";
+  EXPECT_EQ(gpu.in_flight(), 3);
+  while (gpu.in_flight() > 0) gpu.complete({});
+}
+
+TEST(Engine, ReSetupWithFramesInFlightDrainsAndRecaptures) {
+  const Frames f = make_frames();
+  const auto plans = plans_for(f.info);
+  const ops::ColorParams color = make_color_params(ColorSpec{}, f.info);
+  CudaExecutor gpu(0, {.in_flight = 2});
+  gpu.setup(f.info, color, plans, 1);
+  std::weak_ptr<const void> held;
+  {
+    const ops::ImageView view = f.view(0);
+    const FrameMemory memory = Frames::memory(0);
+    const std::shared_ptr<const void> owner = std::make_shared<int>(0);
+    held = owner;
+    gpu.submit({&view, 1}, {&memory, 1}, {&owner, 1});
+  }
+  gpu.setup(f.info, color, plans, 1);
+  EXPECT_EQ(gpu.in_flight(), 0);
+  EXPECT_TRUE(held.expired());
+  CpuExecutor cpu(0);
+  cpu.setup(f.info, color, plans, 1);
+  const EngineRun ref = run_all(f, cpu, plans, true);
+  const EngineRun got = run_all(f, gpu, plans);
+  EXPECT_EQ(gpu.captures(), 4) << "each setup captures once per slot";
+  for (int i = 0; i < kFrames; ++i)
+    for (size_t k = 0; k < plans.size(); ++k)
+      EXPECT_TRUE(matches_cpu(got.outputs[size_t(i)][k], ref.outputs[size_t(i)][k], plans[k].params.store.dtype))
+          << "frame " << i << " output " << plans[k].name;
+}
+
+}  // namespace
+}  // namespace framefuse::test
