@@ -16,11 +16,11 @@
 
 namespace framefuse::control {
 
-//! One entry of the host-visible record ring, written without system-scope fences (in the
-//! kernel they cost more than the rest of the iteration): `seq` is iteration + 1 (0 before the
-//! first write) and `check` is record_check(seq, record). A reader accepts a copy only when its
-//! check matches, so an entry the device is rewriting, or whose writes landed out of order, is
-//! skipped; everything is visible once the launch completed.
+//! One entry of the host-visible record ring, written without system-scope fences (one word per
+//! thread of the last statistics block, none of them waiting for the bus): `seq` is iteration + 1
+//! (0 before the first write) and `check` is record_check(seq, record). A reader accepts a copy
+//! only when its check matches, so an entry the device is rewriting, or whose writes landed out of
+//! order, is skipped; everything is visible once the launch completed.
 struct PublishedRecord {
   uint64_t seq;
   ControlRecord record;
