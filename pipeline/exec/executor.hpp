@@ -55,18 +55,23 @@ class Executor {
   //! drops them once nothing reads the frames any more, at the latest in complete().
   //! The default is synchronous: submit() keeps the batch, complete() runs process_frames() on it.
   virtual int max_in_flight() const { return 1; }
-  virtual int in_flight() const { return pending_ ? 1 : 0; }
+  virtual int in_flight() const { return pending_.active ? 1 : 0; }
   virtual void submit(std::span<const ops::ImageView> frames, std::span<const FrameMemory> memory,
                       std::span<const std::shared_ptr<const void>> owners) {
-    if (pending_) throw DeviceError(name() + ": submit() with a batch in flight; complete() it first");
-    pending_.emplace(
-        Pending{{frames.begin(), frames.end()}, {memory.begin(), memory.end()}, {owners.begin(), owners.end()}});
+    if (pending_.active) throw DeviceError(name() + ": submit() with a batch in flight; complete() it first");
+    pending_.frames.assign(frames.begin(), frames.end());   // capacity kept from frame to frame
+    pending_.memory.assign(memory.begin(), memory.end());
+    pending_.owners.assign(owners.begin(), owners.end());
+    pending_.active = true;
   }
   virtual Completion complete(std::span<std::byte* const> outs) {
-    if (!pending_) throw DeviceError(name() + ": complete() without a batch in flight");
-    const Pending batch = std::move(*pending_);
-    pending_.reset();
-    process_frames(batch.frames, batch.memory, outs);
+    if (!pending_.active) throw DeviceError(name() + ": complete() without a batch in flight");
+    pending_.active = false;
+    struct Release {   // the frames are dropped also when processing throws
+      Pending& batch;
+      ~Release() { batch.owners.clear(); }
+    } release{pending_};
+    process_frames(pending_.frames, pending_.memory, outs);
     return {};
   }
 
@@ -84,8 +89,9 @@ class Executor {
     std::vector<ops::ImageView> frames;
     std::vector<FrameMemory> memory;
     std::vector<std::shared_ptr<const void>> owners;
+    bool active = false;   //!< submitted, not completed
   };
-  std::optional<Pending> pending_;
+  Pending pending_;
 };
 
 //! CPU executor on `threads` worker threads (0 = all hardware threads).
