@@ -22,6 +22,7 @@ device: auto                       # auto (first CUDA device, else cpu) | cpu | 
 readiness: all                     # /readyz: all = every pipeline streaming, any = at least one
 drain_timeout: 5s                  # on shutdown, time for queued frames to finish (0s = none)
 cpu_threads: 0                     # CPU executor threads (0 = one per core)
+batching: []                       # batch groups: {name, max_batch, max_wait, device, queue_depth}; see REFERENCE.md
 pipelines:                         # at least one
   - name: camera                   # letters, digits, _ and -; unique; labels metrics and folders
     source:
@@ -40,6 +41,7 @@ pipelines:                         # at least one
     device: null                   # this pipeline's device (null = the daemon's)
     queue_depth: 4                 # decoded frames waiting for processing
     pool_frames: auto              # decode buffers: auto (decoder + queue_depth + in flight) | 2..4096
+    batch_group: null              # a `batching` group whose fused launches this pipeline's frames share (null = none)
     color:
       matrix: auto                 # auto (stream metadata) | bt601 | bt709
       range: auto                  # auto (stream metadata) | limited | full

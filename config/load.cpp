@@ -21,6 +21,7 @@
 #include "config/units.hpp"
 #include "pipeline/control/delay_ring.hpp"
 #include "pipeline/error.hpp"
+#include "pipeline/exec/device.hpp"
 #include "pipeline/fused/fused_params.hpp"
 #include "pipeline/util/redact.hpp"
 
@@ -725,17 +726,107 @@ ControlSpec read_control(const Value& v, const std::vector<OutputSpec>& outputs)
   return c;
 }
 
+// ---- batching ----
+
+constexpr int64_t kMaxGroupQueue = 4096;
+constexpr microseconds kMaxBatchWait{1'000'000};
+
+BatchGroupSpec read_batch_group(const Value& v, std::map<std::string, int>& names) {
+  const Map m = v.map({"name", "max_batch", "max_wait", "device", "queue_depth"});
+  BatchGroupSpec g;
+  g.name = read_unique_name(m.need("name"), "batch group", names);
+  if (const auto x = m.get("max_batch")) g.max_batch = static_cast<int32_t>(x->integer(1, kMaxBatch));
+  if (const auto x = m.get("max_wait")) {
+    g.max_wait = x->duration(true);
+    if (g.max_wait > kMaxBatchWait) x->fail(fmt::format("must be at most {}", format_duration(kMaxBatchWait)));
+  }
+  if (const auto x = m.get("device"); x && !x->is_null()) g.device = x->parse(parse_device);
+  if (const auto x = m.get("queue_depth"); x && x->text() != "auto") {
+    g.queue_depth = static_cast<int32_t>(x->integer(1, kMaxGroupQueue));
+    if (g.queue_depth < g.max_batch)
+      x->fail(fmt::format("must be at least max_batch ({}), got {}", g.max_batch, g.queue_depth));
+  }
+  return g;
+}
+
+//! The first field in which two outputs differ, as the YAML names it; empty when they are equal.
+std::string_view output_difference(const OutputSpec& a, const OutputSpec& b) {
+  if (a.name != b.name) return "name";
+  if (a.crop != b.crop) return "crop";
+  if (a.resize != b.resize) return "resize";
+  if (a.interp != b.interp) return "interp";
+  if (a.aspect != b.aspect) return "aspect";
+  if (a.center_crop != b.center_crop) return "center_crop";
+  if (a.pad_value != b.pad_value) return "pad_value";
+  if (a.channels != b.channels) return "channels";
+  if (a.scale != b.scale) return "scale";
+  if (a.mean != b.mean) return "mean";
+  if (a.std != b.std) return "std";
+  if (a.layout != b.layout) return "layout";
+  if (a.dtype != b.dtype) return "dtype";
+  return {};
+}
+
+//! A `batching` group as the pipelines joining it are checked against it.
+struct GroupContext {
+  BatchGroupSpec spec;
+  Value at;   //!< its list item, for a group nobody joins
+  //! The first member, whose outputs and colour the others must have.
+  std::optional<PipelineSpec> first;
+  int first_line = 0;
+};
+
 //! Daemon-wide state the pipelines are checked against.
 struct PipelineContext {
   DeviceSpec device;
   std::map<std::string, int> names;               //!< pipeline name -> line
   std::map<std::string, std::string> sink_dirs;   //!< absolute npy directory -> pipeline name
+  std::map<std::string, GroupContext> groups;     //!< `batching` by name
 };
+
+//! `p` joins the group `v` names: same device, no control, and the first member's outputs and colour.
+void join_batch_group(const Value& v, const Map& m, const std::vector<Value>& outputs, PipelineSpec& p,
+                      PipelineContext& ctx) {
+  p.batch_group = v.text();
+  const auto it = ctx.groups.find(p.batch_group);
+  if (it == ctx.groups.end()) {
+    std::vector<std::string_view> known;
+    for (const auto& [name, g] : ctx.groups) known.push_back(name);
+    v.fail(known.empty() ? fmt::format("unknown batch group '{}' (no `batching` groups are defined)", p.batch_group)
+                         : fmt::format("unknown batch group '{}' (expected {})", p.batch_group, join(known)));
+  }
+  GroupContext& g = it->second;
+  const DeviceSpec mine = p.device.value_or(ctx.device), theirs = g.spec.device.value_or(ctx.device);
+  if (!(mine == theirs))
+    v.fail(fmt::format("this pipeline's device is {} but batch group '{}' runs on {}", to_string(mine), g.spec.name,
+                       to_string(theirs)));
+  if (p.control.enabled)
+    m.need("control").fail(fmt::format("control cannot be enabled in batch group '{}': a batched launch carries no "
+                                       "per-pipeline control",
+                                       g.spec.name));
+  if (!g.first) {
+    g.first = p;
+    g.first_line = m.self().line();
+    return;
+  }
+  const PipelineSpec& first = *g.first;
+  const std::string peer = fmt::format("pipeline '{}' (line {})", first.name, g.first_line);
+  if (p.outputs.size() != first.outputs.size())
+    m.need("outputs").fail(fmt::format("{} outputs, but {} in batch group '{}' has {}: members need the same outputs",
+                                       p.outputs.size(), peer, g.spec.name, first.outputs.size()));
+  for (size_t k = 0; k < p.outputs.size(); ++k) {
+    if (const std::string_view field = output_difference(p.outputs[k], first.outputs[k]); !field.empty())
+      outputs[k].fail(fmt::format("{} differs from {} in batch group '{}': members need the same outputs", field,
+                                  peer, g.spec.name));
+  }
+  if (!(p.color == first.color))
+    v.fail(fmt::format("color differs from {} in batch group '{}': members need the same color", peer, g.spec.name));
+}
 
 PipelineSpec read_pipeline(const Value& v, PipelineContext& ctx) {
   const Map m =
       v.map({"name", "source", "decoder", "device", "queue_depth", "pool_frames", "color", "outputs", "sink",
-             "control"});
+             "control", "batch_group"});
   PipelineSpec p;
   p.name = read_unique_name(m.need("name"), "pipeline", ctx.names);
   p.source = read_source(m.need("source"));
@@ -759,11 +850,13 @@ PipelineSpec read_pipeline(const Value& v, PipelineContext& ctx) {
   for (const Value& item : items) p.outputs.push_back(read_output(item, names));
   p.sink = read_sink(m.need("sink"), p.name, ctx.sink_dirs);
   if (const auto x = m.get("control")) p.control = read_control(*x, p.outputs);
+  if (const auto x = m.get("batch_group"); x && !x->is_null()) join_batch_group(*x, m, items, p, ctx);
   return p;
 }
 
 DaemonConfig read_daemon(const Value& root) {
-  const Map m = root.map({"log", "http", "device", "readiness", "drain_timeout", "cpu_threads", "pipelines"});
+  const Map m =
+      root.map({"log", "http", "device", "readiness", "drain_timeout", "cpu_threads", "batching", "pipelines"});
   DaemonConfig c;
   if (const auto x = m.get("log")) c.log = read_log(*x);
   if (const auto x = m.get("http")) c.http = read_http(*x);
@@ -775,8 +868,21 @@ DaemonConfig read_daemon(const Value& root) {
   const Value pipelines = m.need("pipelines");
   const std::vector<Value> items = pipelines.items();
   if (items.empty()) pipelines.fail("at least one pipeline is required");
-  PipelineContext ctx{c.device, {}, {}};
+  PipelineContext ctx{c.device, {}, {}, {}};
+  if (const auto x = m.get("batching"); x && !x->is_null()) {
+    std::map<std::string, int> names;
+    for (const Value& item : x->items()) {
+      BatchGroupSpec g = read_batch_group(item, names);
+      ctx.groups.emplace(g.name, GroupContext{g, item, std::nullopt, 0});
+      c.batching.push_back(std::move(g));
+    }
+  }
   for (const Value& item : items) c.pipelines.push_back(read_pipeline(item, ctx));
+  for (const BatchGroupSpec& g : c.batching) {
+    const GroupContext& gc = ctx.groups.at(g.name);
+    if (!gc.first)
+      gc.at.fail(fmt::format("batch group '{}' has no member pipelines (give some `batch_group: {}`)", g.name, g.name));
+  }
   return c;
 }
 

@@ -37,6 +37,7 @@ struct DaemonConfig {
   ReadinessPolicy readiness = ReadinessPolicy::All;
   std::chrono::milliseconds drain_timeout{5000};   //!< shutdown: time for queued frames to finish
   int cpu_threads = 0;                          //!< CPU executor threads; 0 = one per core
+  std::vector<BatchGroupSpec> batching;         //!< batch groups, each with at least one member pipeline
   std::vector<PipelineSpec> pipelines;          //!< at least one; paths already absolute
   std::string path;                             //!< absolute config file path (load_string: its name)
 };

@@ -41,12 +41,14 @@ App::~App() {
   std::lock_guard lock(mu_);
   for (auto& [name, r] : runners_) r->request_stop();
   runners_.clear();   // each destructor joins: queued frames drained, sinks flushed
+  groups_.clear();    // members gone: nothing waits in them; each destructor joins
 }
 
 void App::apply_overrides(config::DaemonConfig& c) const {
   if (overrides_.device) {
     c.device = config::parse_device(*overrides_.device);
     for (auto& p : c.pipelines) p.device.reset();   // the command line wins for every pipeline
+    for (auto& g : c.batching) g.device.reset();     // and every batch group
   }
   if (overrides_.log_level) c.log.level = *overrides_.log_level;
   if (overrides_.http_port) c.http.port = static_cast<uint16_t>(*overrides_.http_port);
@@ -57,10 +59,23 @@ DeviceSpec App::device_for(const PipelineSpec& p) const {
   return resolve_device(p.device.value_or(config_->device), probe_);
 }
 
+DeviceSpec App::device_for(const BatchGroupSpec& g) const {
+  return resolve_device(g.device.value_or(config_->device), probe_);
+}
+
+void App::start_group(const BatchGroupSpec& g) {
+  auto group = std::make_unique<BatchGroup>(g, device_for(g), config_->cpu_threads);
+  spdlog::info("batch group '{}': starting (batches of up to {} frames, max wait {} us, device {})", g.name,
+               g.max_batch, g.max_wait.count(), to_string(group->device()));
+  groups_[g.name] = std::move(group);
+}
+
 void App::start_pipeline(const PipelineSpec& p) {
-  auto runner = std::make_unique<PipelineRunner>(p, device_for(p), config_->cpu_threads);
-  spdlog::info("pipeline '{}': starting ({} -> {} output(s), device {})", p.name, redact_uri(p.source.uri),
-               p.outputs.size(), to_string(runner->device()));
+  BatchGroup* group = p.batch_group.empty() ? nullptr : groups_.at(p.batch_group).get();
+  auto runner = std::make_unique<PipelineRunner>(p, device_for(p), config_->cpu_threads, group);
+  spdlog::info("pipeline '{}': starting ({} -> {} output(s), device {}{})", p.name, redact_uri(p.source.uri),
+               p.outputs.size(), to_string(runner->device()),
+               group ? fmt::format(", batch group '{}'", p.batch_group) : std::string());
   runner->start();
   runners_[p.name] = std::move(runner);
 }
@@ -70,6 +85,7 @@ uint16_t App::http_port() const { return http_ ? http_->port() : 0; }
 int App::run() {
   {
     std::lock_guard lock(mu_);
+    for (const auto& g : config_->batching) start_group(g);
     for (const auto& p : config_->pipelines) start_pipeline(p);
   }
   if (config_->http.enabled) {
@@ -149,6 +165,7 @@ bool App::reload() {
     next = config::load_file(path);
     apply_overrides(next);
     for (const auto& p : next.pipelines) resolve_device(p.device.value_or(next.device), probe_);
+    for (const auto& g : next.batching) resolve_device(g.device.value_or(next.device), probe_);
   } catch (const std::exception& e) {
     std::lock_guard lock(mu_);
     ++reloads_failed_;
@@ -175,21 +192,42 @@ bool App::reload() {
   }
   auto old = config_;
   config_ = std::make_shared<const config::DaemonConfig>(std::move(next));
-  int started = 0, restarted = 0, unchanged = 0;
+  // A batch group is kept when its spec and device are; a replaced one is replaced with all its
+  // members, which stop (drain) before it goes.
+  std::set<std::string> kept_groups;
+  for (const auto& g : config_->batching) {
+    const auto it = groups_.find(g.name);
+    if (it != groups_.end() && it->second->spec() == g && it->second->device() == device_for(g)) kept_groups.insert(g.name);
+  }
+  int restarted = 0, unchanged = 0;
+  std::set<std::string> running;
   for (const auto& p : config_->pipelines) {
     const auto it = runners_.find(p.name);
-    if (it != runners_.end() && it->second->spec() == p && it->second->device() == device_for(p)) {
+    if (it == runners_.end()) continue;
+    if (it->second->spec() == p && it->second->device() == device_for(p) &&
+        (p.batch_group.empty() || kept_groups.count(p.batch_group))) {
+      running.insert(p.name);
       ++unchanged;
-      continue;
-    }
-    if (it != runners_.end()) {
+    } else {
       runners_.erase(it);
       ++restarted;
-    } else {
-      ++started;
     }
+  }
+  for (auto it = groups_.begin(); it != groups_.end();) {
+    if (kept_groups.count(it->first)) {
+      ++it;
+    } else {
+      spdlog::info("reload: batch group '{}' removed or changed, stopping", it->first);
+      it = groups_.erase(it);   // its members are gone: the destructor has nothing left to wait for
+    }
+  }
+  for (const auto& g : config_->batching)
+    if (!kept_groups.count(g.name)) start_group(g);
+  for (const auto& p : config_->pipelines) {
+    if (running.count(p.name)) continue;
     start_pipeline(p);
   }
+  const int started = static_cast<int>(config_->pipelines.size()) - unchanged - restarted;
   ++reloads_ok_;
   last_reload_ok_ = true;
   last_reload_unix_s_ = unix_now();
@@ -220,6 +258,11 @@ void App::log_summary() {
                  elapsed, lat_ms, kSourceStateNames[static_cast<size_t>(s.state)], where);
     if (!s.last_error.empty()) spdlog::info("summary '{}': last error: {}", name, s.last_error);
   }
+  for (const auto& [name, g] : groups_) {
+    const BatchGroupSnapshot s = g->snapshot();
+    spdlog::info("summary batch group '{}': {} batches, {} frames, mean fill {:.1f} % of {}, {} left on max_wait", name,
+                 s.batches, s.frames, 100 * s.mean_fill(), s.max_batch, s.wait_timeouts);
+  }
 }
 
 bool App::ready() {
@@ -249,6 +292,7 @@ DaemonSnapshot App::daemon() {
     d.config_path = config_->path;
     for (const auto& [name, r] : runners_)
       if (r->device().kind == DeviceKind::Cuda) cuda.push_back(r->device().index);
+    for (const auto& [name, g] : groups_) d.batch_groups.push_back(g->snapshot());
   }
   std::sort(cuda.begin(), cuda.end());
   cuda.erase(std::unique(cuda.begin(), cuda.end()), cuda.end());

@@ -1,7 +1,8 @@
 #pragma once
 //! The daemon's lifecycle: owns the immutable config snapshot, one PipelineRunner per pipeline and
-//! the HTTP server; handles signals (stop, reload); answers the HTTP layer's questions.
-//! Shutdown order is RAII: HTTP server first (no more readers), then runners (drain, flush sinks).
+//! one BatchGroup per `batching` group and the HTTP server; handles signals (stop, reload); answers
+//! the HTTP layer's questions. Shutdown order is RAII: HTTP server first (no more readers), then
+//! runners (drain, flush sinks), then batch groups (their members no longer feed them).
 #include <chrono>
 #include <map>
 #include <memory>
@@ -49,6 +50,8 @@ class App final : public StatusSource {
  private:
   void apply_overrides(config::DaemonConfig& c) const;
   DeviceSpec device_for(const PipelineSpec& p) const;
+  DeviceSpec device_for(const BatchGroupSpec& g) const;
+  void start_group(const BatchGroupSpec& g);
   void start_pipeline(const PipelineSpec& p);
   bool all_done();
   void log_progress();
@@ -59,8 +62,9 @@ class App final : public StatusSource {
   CudaProbe probe_;
   Notifier notifier_;
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
-  mutable std::mutex mu_;   //!< guards config_, runners_ and reload counters against HTTP readers
+  mutable std::mutex mu_;   //!< guards config_, groups_, runners_ and reload counters against HTTP readers
   std::shared_ptr<const config::DaemonConfig> config_;
+  std::map<std::string, std::unique_ptr<BatchGroup>> groups_;        //!< outlive their member runners
   std::map<std::string, std::unique_ptr<PipelineRunner>> runners_;
   uint64_t reloads_ok_ = 0, reloads_failed_ = 0;
   double last_reload_unix_s_ = 0;

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -73,12 +74,10 @@ StreamMemory memory_now(int gpu) {
   return m;
 }
 
-//! Samples memory_now() every 20 ms from construction until per_stream(); reports the most seen
-//! less `base`, the process before any stream ran (after the warm-up): an upper bound, as freed
-//! host memory the allocator keeps from earlier phases counts too.
+//! Samples memory_now() every 20 ms from construction until peak(), which returns the most seen.
 class MemorySampler {
  public:
-  MemorySampler(int gpu, const StreamMemory& base) : gpu_(gpu), base_(base), peak_(memory_now(gpu)) {
+  explicit MemorySampler(int gpu) : gpu_(gpu), peak_(memory_now(gpu)) {
     thread_ = std::jthread([this](std::stop_token stop) {
       while (!stop.stop_requested()) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -88,26 +87,45 @@ class MemorySampler {
       }
     });
   }
-  StreamMemory per_stream(int streams) {
+  StreamMemory peak() {
     thread_.request_stop();
     thread_.join();
-    StreamMemory m;
-    if (gpu_ >= 0) m.gpu_mib = (peak_.gpu_mib - base_.gpu_mib) / streams;
-    m.rss_mib = (peak_.rss_mib - base_.rss_mib) / streams;
-    return m;
+    return peak_;
   }
 
  private:
   const int gpu_;
-  const StreamMemory base_;
   StreamMemory peak_;   // written by the thread until joined
   std::jthread thread_;
 };
 
+//! What per-stream memory is measured against: the most seen with `streams` streams (1: one
+//! pipeline alone; 0: the process before any pipeline ran).
+struct MemoryReference {
+  StreamMemory memory;
+  int streams = 0;
+};
+
+//! (`peak` with `streams` streams - the reference) / (`streams` - its streams): with a 1-stream
+//! reference, memory per stream without what the process takes once.
+StreamMemory per_stream(const StreamMemory& peak, const MemoryReference& ref, int streams) {
+  const double n = std::max(1, streams - ref.streams);
+  StreamMemory m;
+  if (peak.gpu_mib >= 0 && ref.memory.gpu_mib >= 0) m.gpu_mib = (peak.gpu_mib - ref.memory.gpu_mib) / n;
+  m.rss_mib = (peak.rss_mib - ref.memory.rss_mib) / n;
+  return m;
+}
+
+//! Seconds of each paced stream whose latencies are left out: its pipeline sets up (executor,
+//! graphs) while its first frames queue.
+constexpr double kLatencySettleS = 1.0;
+
 //! What N pipelines did, summed over them.
 struct PipelinesRun {
   uint64_t frames = 0, dropped = 0;
+  //! Decode -> output latencies; of paced runs only those after the first kLatencySettleS.
   std::array<uint64_t, kLatencyBuckets.size() + 1> latency{};
+  double latency_sum_s = 0;
   std::string decoder, frame;
   bool all_frames = true;   //!< every pipeline processed max_frames frames
   //! Paced sources: the most any stream's last frame came after its due time (first frame +
@@ -116,17 +134,24 @@ struct PipelinesRun {
 };
 
 //! Runs `specs` (file sources, max_frames set) to their end, in parallel. Throws when one fails.
-//! `fps` > 0: also measures how late paced streams ended (PipelinesRun::late_s).
+//! `fps` > 0: also measures how late paced streams ended (PipelinesRun::late_s), and leaves out
+//! the latencies of each stream's first kLatencySettleS of frames (all count when a stream ends
+//! before).
 PipelinesRun run_pipelines(const std::vector<PipelineSpec>& specs, const DeviceSpec& device, double fps = 0) {
   std::vector<std::unique_ptr<PipelineRunner>> runners;
   for (const auto& spec : specs) runners.push_back(std::make_unique<PipelineRunner>(spec, device));
   for (auto& runner : runners) runner->start();
   std::vector<int64_t> first_ns(runners.size(), 0);
+  // Each runner's counters once it processed its settling frames.
+  std::vector<std::optional<PipelineSnapshot>> settled(runners.size());
+  const auto settle_frames = static_cast<uint64_t>(std::llround(fps * kLatencySettleS));
   for (bool all_done = false; fps > 0 && !all_done;) {
     all_done = true;
     for (size_t i = 0; i < runners.size(); ++i) {
-      if (!first_ns[i] && runners[i]->stats().frames_decoded.load(std::memory_order_relaxed) > 0)
-        first_ns[i] = steady_now_ns();
+      PipelineStats& stats = runners[i]->stats();
+      if (!first_ns[i] && stats.frames_decoded.load(std::memory_order_relaxed) > 0) first_ns[i] = steady_now_ns();
+      if (!settled[i] && !runners[i]->done() && stats.frames_processed.load(std::memory_order_relaxed) >= settle_frames)
+        settled[i] = stats.snapshot();
       all_done = all_done && runners[i]->done();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -146,7 +171,9 @@ PipelinesRun run_pipelines(const std::vector<PipelineSpec>& specs, const DeviceS
       const double span = 1e-9 * double(runner.stats().last_frame_ns.load() - first_ns[i]);
       run.late_s = std::max(run.late_s, span - double(want - 1) / fps);
     }
-    for (size_t b = 0; b < run.latency.size(); ++b) run.latency[b] += s.latency_counts[b];
+    for (size_t b = 0; b < run.latency.size(); ++b)
+      run.latency[b] += s.latency_counts[b] - (settled[i] ? settled[i]->latency_counts[b] : 0);
+    run.latency_sum_s += s.latency_sum_s - (settled[i] ? settled[i]->latency_sum_s : 0);
     run.decoder = s.decoder;
     run.frame = s.frame;
   }
@@ -223,30 +250,10 @@ double quantile(std::vector<double> v, double q) {
   return v[std::min(v.size() - 1, static_cast<size_t>(q * double(v.size())))];
 }
 
-//! The parts of [begin, end) covered by `merged` (sorted, disjoint intervals).
-double covered(double begin, double end, const std::vector<std::pair<double, double>>& merged) {
-  double c = 0;
-  for (const auto& [b, e] : merged) c += std::max(0.0, std::min(e, end) - std::max(b, begin));
-  return c;
-}
-
-//! Sorted, disjoint union of `v`.
-std::vector<std::pair<double, double>> merge(std::vector<std::pair<double, double>> v) {
-  std::sort(v.begin(), v.end());
-  std::vector<std::pair<double, double>> out;
-  for (const auto& i : v) {
-    if (!out.empty() && i.first <= out.back().second) {
-      out.back().second = std::max(out.back().second, i.second);
-    } else {
-      out.push_back(i);
-    }
-  }
-  return out;
-}
-
 //! The executor alone on `frames` (all of one memory kind), `iterations` submits with the ring
-//! full, outputs left in the executor (complete({})); CPU time counted inside submit() only.
-//! `record_times`: also the upload/compute overlap (event nodes in the iteration).
+//! full, each frame with an owner as the runner gives them, outputs left in the executor
+//! (complete({})); CPU time counted inside submit() only. `record_times`: also the device time of
+//! the upload and of the kernels (an event node between them).
 EngineResult engine_run(const DeviceSpec& device, const FrameInfo& info, const PipelineSpec& spec,
                         const std::vector<ops::ImageView>& frames, FrameMemory memory, bool graphs, int iterations,
                         bool record_times) {
@@ -270,8 +277,9 @@ EngineResult engine_run(const DeviceSpec& device, const FrameInfo& info, const P
     if (i == kWarmup) t0 = std::chrono::steady_clock::now();
     if (exec.in_flight() == exec.max_in_flight()) complete();
     const ops::ImageView& view = frames[size_t(i) % frames.size()];
+    const std::shared_ptr<const void> owner = std::make_shared<int>(i);
     const double before = thread_cpu_us();
-    exec.submit({&view, 1}, {&memory, 1}, {});
+    exec.submit({&view, 1}, {&memory, 1}, {&owner, 1});
     if (i >= kWarmup) cpu_us += thread_cpu_us() - before;
   }
   while (exec.in_flight() > 0) complete();
@@ -285,23 +293,13 @@ EngineResult engine_run(const DeviceSpec& device, const FrameInfo& info, const P
   r.fps = iterations / seconds;
   r.latency_p50_ms = quantile(latency_ms, 0.50);
   r.latency_p99_ms = quantile(latency_ms, 0.99);
-  std::vector<std::pair<double, double>> kernels, busy;
-  double upload = 0;
+  std::vector<double> upload_us, kernels_us;
   for (const auto& t : times) {
-    kernels.emplace_back(t.compute_begin, t.consumed);
-    busy.emplace_back(t.compute_begin, t.ready);
-    if (t.uploaded) upload += t.input_ready - t.input_begin;
+    if (t.uploaded) upload_us.push_back(1e3 * (t.input_ready - t.input_begin));
+    kernels_us.push_back(1e3 * (t.ready - t.input_ready));
   }
-  if (upload > 0) {
-    const auto k = merge(kernels), b = merge(busy);
-    double under_kernels = 0, under_any = 0;
-    for (const auto& t : times) {
-      under_kernels += covered(t.input_begin, t.input_ready, k);
-      under_any += covered(t.input_begin, t.input_ready, b);
-    }
-    r.overlap = under_kernels / upload;
-    r.overlap_busy = under_any / upload;
-  }
+  if (!upload_us.empty()) r.upload_us = quantile(upload_us, 0.5);
+  r.kernels_us = quantile(kernels_us, 0.5);
   return r;
 }
 
@@ -339,12 +337,16 @@ std::vector<EngineResult> engine_bench(const BenchOptions& o, const DeviceSpec& 
   if (pinned.empty()) throw std::runtime_error(fmt::format("{}: frames did not decode into the pinned pool", o.clip));
   std::vector<EngineResult> results;
   for (const bool graphs : {true, false}) {
-    results.push_back(engine_run(device, info, spec, on_device, FrameMemory::Device, graphs, kIterations, false));
-    EngineResult uploaded = engine_run(device, info, spec, pinned, FrameMemory::Pinned, graphs, kIterations, false);
-    const EngineResult timed = engine_run(device, info, spec, pinned, FrameMemory::Pinned, graphs, kTimed, true);
-    uploaded.overlap = timed.overlap;
-    uploaded.overlap_busy = timed.overlap_busy;
-    results.push_back(uploaded);
+    for (const FrameMemory memory : {FrameMemory::Device, FrameMemory::Pinned}) {
+      const auto& frames = memory == FrameMemory::Device ? on_device : pinned;
+      EngineResult r = engine_run(device, info, spec, frames, memory, graphs, kIterations, false);
+      const EngineResult timed = engine_run(device, info, spec, frames, memory, graphs, kTimed, true);
+      r.upload_us = timed.upload_us;
+      r.kernels_us = timed.kernels_us;
+      r.latency_p50_ms = timed.latency_p50_ms;
+      r.latency_p99_ms = timed.latency_p99_ms;
+      results.push_back(r);
+    }
   }
   return results;
 }
@@ -352,7 +354,7 @@ std::vector<EngineResult> engine_bench(const BenchOptions& o, const DeviceSpec& 
 
 //! `streams` pipelines on the clip paced at `fps` (realtime: true) for o.live_seconds.
 LiveTrial live_trial(const BenchOptions& o, const DeviceSpec& device, int streams, double fps,
-                     const StreamMemory& base) {
+                     const MemoryReference& reference) {
   std::vector<PipelineSpec> specs;
   const int64_t frames = std::max<int64_t>(2, std::llround(o.live_seconds * fps));
   for (int i = 0; i < streams; ++i) {
@@ -364,18 +366,20 @@ LiveTrial live_trial(const BenchOptions& o, const DeviceSpec& device, int stream
   }
   LiveTrial t;
   t.streams = streams;
-  MemorySampler memory(device.kind == DeviceKind::Cuda ? device.index : -1, base);
+  MemorySampler memory(device.kind == DeviceKind::Cuda ? device.index : -1);
   const auto t0 = std::chrono::steady_clock::now();
   const PipelinesRun run = run_pipelines(specs, device, fps);
   t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  t.memory = memory.per_stream(streams);
+  t.memory = per_stream(memory.peak(), reference, streams);
   t.frames = run.frames;
   t.dropped = run.dropped;
   t.late_s = run.late_s;
   t.latency_p50_s = latency_quantile(run.latency, 0.50);
   t.latency_p99_s = latency_quantile(run.latency, 0.99);
+  for (const uint64_t c : run.latency) t.latency_frames += c;
+  t.latency_mean_s = t.latency_frames ? run.latency_sum_s / double(t.latency_frames) : 0;
   // A live source queues kLiveSlackFrames frames before it drops: later than that would have
-  // dropped. (Latency is reported, not judged: a short trial's p99 holds its start-up frames.)
+  // dropped. (Latency is reported, not judged.)
   t.held = run.all_frames && run.dropped == 0 && run.late_s <= kLiveSlackFrames / fps;
   fmt::print(stderr, "bench: {} real-time stream(s): {} ({} frames, {} dropped, {:.1f} ms late)\n", streams,
              t.held ? "held" : "not held", t.frames, t.dropped, 1e3 * t.late_s);
@@ -384,11 +388,11 @@ LiveTrial live_trial(const BenchOptions& o, const DeviceSpec& device, int stream
 
 //! The most streams (<= o.live_streams) that hold: doubling from 8, then bisecting to within
 //! ~10 %; then one trial at 80 % of that for the latency at that load.
-void live_search(const BenchOptions& o, const DeviceSpec& device, double fps, const StreamMemory& base,
+void live_search(const BenchOptions& o, const DeviceSpec& device, double fps, const MemoryReference& reference,
                  BenchResult& result) {
   int held = 0, failed = o.live_streams + 1;
   for (int n = std::min(8, o.live_streams);;) {
-    result.live.push_back(live_trial(o, device, n, fps, base));
+    result.live.push_back(live_trial(o, device, n, fps, reference));
     if (!result.live.back().held) {
       failed = n;
       break;
@@ -399,11 +403,11 @@ void live_search(const BenchOptions& o, const DeviceSpec& device, double fps, co
   }
   while (failed - held > std::max(1, held / 10)) {
     const int n = (held + failed) / 2;
-    result.live.push_back(live_trial(o, device, n, fps, base));
+    result.live.push_back(live_trial(o, device, n, fps, reference));
     (result.live.back().held ? held : failed) = n;
   }
   result.live_held = held;
-  if (held > 0) result.live.push_back(live_trial(o, device, std::max(1, int(std::lround(0.8 * held))), fps, base));
+  if (held > 0) result.live.push_back(live_trial(o, device, std::max(1, int(std::lround(0.8 * held))), fps, reference));
 }
 
 }  // namespace
@@ -444,15 +448,31 @@ BenchResult run_bench(const BenchOptions& o) {
   }
   const int gpu = device.kind == DeviceKind::Cuda ? device.index : -1;
   const StreamMemory base = memory_now(gpu);
-  result.decode = measure([&](PhaseResult& r) { return decode_only(o, device, r); });
+  result.decode = measure([&](PhaseResult& r) {
+    MemorySampler memory(gpu);
+    const uint64_t frames = decode_only(o, device, r);
+    result.decode_memory = per_stream(memory.peak(), {base, 0}, o.streams);
+    return frames;
+  });
 
+  // One pipeline alone: the memory reference for the per-stream figures.
+  MemoryReference reference{base, 0};
+  if (o.streams > 1) {
+    result.single = measure([&](PhaseResult& r) {
+      MemorySampler memory(gpu);
+      const PipelinesRun run = run_pipelines({bench_pipeline(o, 0)}, device);
+      reference = {memory.peak(), 1};
+      r.decoder = run.decoder;
+      return run.frames;
+    });
+  }
   std::array<uint64_t, kLatencyBuckets.size() + 1> latency{};
   result.pipeline = measure([&](PhaseResult& r) {
     std::vector<PipelineSpec> specs;
     for (int i = 0; i < o.streams; ++i) specs.push_back(bench_pipeline(o, i));
-    MemorySampler memory(gpu, base);
+    MemorySampler memory(gpu);
     const PipelinesRun run = run_pipelines(specs, device);
-    result.pipeline_memory = memory.per_stream(o.streams);
+    result.pipeline_memory = per_stream(memory.peak(), reference, o.streams);
     latency = run.latency;
     r.decoder = run.decoder;
     result.frame = run.frame;
@@ -463,7 +483,7 @@ BenchResult run_bench(const BenchOptions& o) {
 #if FRAMEFUSE_HAVE_CUDA
   if (device.kind == DeviceKind::Cuda) result.engine = engine_bench(o, device);
 #endif
-  if (o.live_streams > 0) live_search(o, device, fps, base, result);
+  if (o.live_streams > 0) live_search(o, device, fps, reference, result);
   return result;
 }
 
@@ -508,30 +528,34 @@ std::string format_bench_table(const BenchResult& r) {
   out += fmt::format("{:<16}{:>8}{:>10}{:>12}{:>12}{:>14}{:>15}  {}\n", "phase", "frames", "seconds", "fps total",
                      "fps/stream", "CPU ms/frame", "peak RSS MiB", "decoder");
   out += phase_row("decode ceiling", r.decode, n);
+  if (r.single.frames) out += phase_row("pipeline, 1 st", r.single, 1);
   out += phase_row("pipeline", r.pipeline, n);
   out += fmt::format("pipeline latency, decode -> output (histogram bucket bounds): p50 {}, p99 {}\n",
                      latency_text(r.latency_p50_s), latency_text(r.latency_p99_s));
-  out += memory_text("pipeline", r.pipeline_memory);
+  out += memory_text(n > 1 ? "pipeline (N streams - 1 stream) / (N - 1):" : "pipeline (process growth):",
+                     r.pipeline_memory);
+  out += memory_text("decode alone (growth / N):", r.decode_memory);
   if (!r.engine.empty()) {
     out += fmt::format("\nexecutor alone ({} iterations, {} in flight, outputs not copied out; submit = thread CPU "
-                       "time in submit(); overlap from a run with event times):\n",
+                       "time in submit(); device times from a run with event times):\n",
                        r.engine.front().iterations, kEngineInFlight);
-    out += fmt::format("{:<8}{:<8}{:>14}{:>10}{:>22}{:>26}\n", "mode", "frames", "submit us/fr", "fps",
-                       "upload under kernels", "latency p50/p99 ms");
+    out += fmt::format("{:<8}{:<8}{:>14}{:>10}{:>12}{:>12}{:>26}\n", "mode", "frames", "submit us/fr", "fps",
+                       "upload us", "kernels us", "latency p50/p99 ms");
     for (const auto& e : r.engine)
-      out += fmt::format("{:<8}{:<8}{:>14.2f}{:>10.0f}{:>22}{:>26}\n", e.mode, e.memory, e.submit_cpu_us, e.fps,
-                         e.overlap < 0 ? std::string("-")
-                                       : fmt::format("{:.0f} % ({:.0f} % busy)", 100 * e.overlap, 100 * e.overlap_busy),
+      out += fmt::format("{:<8}{:<8}{:>14.2f}{:>10.0f}{:>12}{:>12.1f}{:>26}\n", e.mode, e.memory, e.submit_cpu_us,
+                         e.fps, e.upload_us < 0 ? std::string("-") : fmt::format("{:.1f}", e.upload_us), e.kernels_us,
                          fmt::format("{:.3f} / {:.3f}", e.latency_p50_ms, e.latency_p99_ms));
   }
   if (!r.live.empty()) {
-    out += fmt::format("\nreal time ({} s trials, clip paced at its frame rate):\n", r.options.live_seconds);
-    out += fmt::format("{:>8}{:>6}{:>10}{:>9}{:>10}{:>22}{:>12}{:>12}\n", "streams", "held", "frames", "dropped",
-                       "late ms", "latency p50 / p99", "GPU MiB/st", "RSS MiB/st");
+    out += fmt::format("\nreal time ({} s trials, clip paced at its frame rate; latency of each stream's frames "
+                       "after its first {:g} s, bucket bounds, and the exact mean):\n",
+                       r.options.live_seconds, kLatencySettleS);
+    out += fmt::format("{:>8}{:>6}{:>10}{:>9}{:>10}{:>30}{:>10}{:>12}{:>12}\n", "streams", "held", "frames", "dropped",
+                       "late ms", "latency p50 / p99", "mean ms", "GPU MiB/st", "RSS MiB/st");
     for (const auto& t : r.live)
-      out += fmt::format("{:>8}{:>6}{:>10}{:>9}{:>10.1f}{:>22}{:>12}{:>12.1f}\n", t.streams, t.held ? "yes" : "no",
-                         t.frames, t.dropped, 1e3 * t.late_s,
-                         latency_text(t.latency_p50_s) + " / " + latency_text(t.latency_p99_s),
+      out += fmt::format("{:>8}{:>6}{:>10}{:>9}{:>10.1f}{:>30}{:>10.3f}{:>12}{:>12.1f}\n", t.streams,
+                         t.held ? "yes" : "no", t.frames, t.dropped, 1e3 * t.late_s,
+                         latency_text(t.latency_p50_s) + " / " + latency_text(t.latency_p99_s), 1e3 * t.latency_mean_s,
                          t.memory.gpu_mib < 0 ? std::string("-") : fmt::format("{:.1f}", t.memory.gpu_mib),
                          t.memory.rss_mib);
     out += fmt::format("most streams held: {}\n", r.live_held);
@@ -545,30 +569,34 @@ std::string format_bench_json(const BenchResult& r) {
   std::string engine, live;
   for (const auto& e : r.engine)
     engine += fmt::format(R"({}{{"mode": {}, "frames": {}, "iterations": {}, "submit_cpu_us": {}, "fps": {}, )"
-                          R"("upload_under_kernels": {}, "upload_under_busy": {}, )"
+                          R"("upload_us": {}, "kernels_us": {}, )"
                           R"("latency_p50_ms": {}, "latency_p99_ms": {}}})",
                           engine.empty() ? "" : ", ", json_string(e.mode), json_string(e.memory), e.iterations,
                           json_number(e.submit_cpu_us), json_number(e.fps),
-                          e.overlap < 0 ? std::string("null") : json_number(e.overlap),
-                          e.overlap_busy < 0 ? std::string("null") : json_number(e.overlap_busy),
+                          e.upload_us < 0 ? std::string("null") : json_number(e.upload_us), json_number(e.kernels_us),
                           json_number(e.latency_p50_ms), json_number(e.latency_p99_ms));
   for (const auto& t : r.live)
     live += fmt::format(R"({}{{"streams": {}, "held": {}, "seconds": {}, "frames": {}, "dropped": {}, "late_ms": {}, )"
-                        R"("latency_p50_ms": {}, "latency_p99_ms": {}, "memory_per_stream": {}}})",
+                        R"("latency_p50_ms": {}, "latency_p99_ms": {}, "latency_mean_ms": {}, "latency_frames": {}, )"
+                        R"("memory_per_stream": {}}})",
                         live.empty() ? "" : ", ", t.streams, t.held ? "true" : "false", json_number(t.seconds),
                         t.frames, t.dropped, json_number(1e3 * t.late_s), json_number(1e3 * t.latency_p50_s),
-                        json_number(1e3 * t.latency_p99_s), memory_json(t.memory));
+                        json_number(1e3 * t.latency_p99_s), json_number(1e3 * t.latency_mean_s), t.latency_frames,
+                        memory_json(t.memory));
   return fmt::format(
       "{{\"clip\": {}, \"frame\": {}, \"streams\": {}, \"frames_per_stream\": {}, \"device\": {}, "
       "\"outputs\": [\"classify\", \"detect\"], \"sink\": \"null\",\n"
       " \"decode\": {}}},\n"
+      " \"single_stream\": {}}},\n"
       " \"pipeline\": {}, \"latency_p50_ms\": {}, \"latency_p99_ms\": {}, "
       "\"latency_resolution\": \"histogram bucket upper bound; null = above {} ms\"}},\n"
-      " \"memory_per_stream\": {},\n \"engine\": [{}],\n \"live\": {{\"held\": {}, \"trials\": [{}]}},\n"
+      " \"memory_per_stream\": {},\n \"decode_memory_per_stream\": {},\n"
+      " \"engine\": [{}],\n \"live\": {{\"held\": {}, \"trials\": [{}]}},\n"
       " \"ratio\": {}}}\n",
       json_string(r.options.clip), json_string(r.frame), n, r.options.frames, json_string(r.device),
-      phase_json(r.decode, n), phase_json(r.pipeline, n), json_number(1e3 * r.latency_p50_s),
-      json_number(1e3 * r.latency_p99_s), 1e3 * kLatencyBuckets.back(), memory_json(r.pipeline_memory), engine,
+      phase_json(r.decode, n), phase_json(r.single, 1), phase_json(r.pipeline, n), json_number(1e3 * r.latency_p50_s),
+      json_number(1e3 * r.latency_p99_s), 1e3 * kLatencyBuckets.back(), memory_json(r.pipeline_memory),
+      memory_json(r.decode_memory), engine,
       r.live_held, live, json_number(r.ratio()));
 }
 

@@ -2,9 +2,12 @@
 //! `framefused bench`: how close the full pipeline comes to the decode ceiling on this host. Phase 1
 //! decodes the clip alone (N concurrent VideoSources, frames dropped); phase 2 runs N pipelines
 //! (canonical classify + detect outputs, null sink) on the same clip. Both phases time from start
-//! to the last stream done, opening included. On a CUDA device it also measures the executor
-//! alone (submit-path CPU time with graph replay vs stream launches, copy/compute overlap, device
-//! latency), GPU memory and RSS per stream, and optionally the most real-time streams held.
+//! to the last stream done, opening included. With more than one stream, one pipeline runs alone
+//! first: memory per stream is (most used with N streams - most used with 1) / (N - 1), which
+//! leaves out what the process takes once (CUDA context growth, module loading, FFmpeg's device).
+//! On a CUDA device it also measures the executor alone (submit-path CPU time with graph replay vs
+//! stream launches, device time of the upload and the kernels, device latency), and optionally the
+//! most real-time streams held and the latency at 80 % of that load.
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -40,7 +43,7 @@ struct PhaseResult {
   double cpu_ms_per_frame() const { return frames ? 1e3 * cpu_s / double(frames) : 0; }
 };
 
-//! Memory the streams of a phase added (most seen while it ran, less before it), per stream.
+//! Memory per stream (see the header comment), or, where noted, the process' memory.
 struct StreamMemory {
   double gpu_mib = -1;                   //!< cudaMemGetInfo used, -1 when not on a CUDA device
   double rss_mib = 0;                    //!< process resident set
@@ -54,9 +57,9 @@ struct EngineResult {
   int iterations = 0;
   double submit_cpu_us = 0;              //!< thread CPU time in submit(), per frame
   double fps = 0;                        //!< frames per second of the loop (submit + complete)
-  double overlap = -1;                   //!< share of upload time under some iteration's kernels; -1: no upload
-  double overlap_busy = -1;              //!< ... under some iteration's kernels or output copies
-  double latency_p50_ms = 0, latency_p99_ms = 0;   //!< device events: start of input -> outputs in host memory
+  double upload_us = -1;                 //!< device time of the upload (median); -1: no upload
+  double kernels_us = 0;                 //!< device time, inputs on the device -> outputs in host memory (median)
+  double latency_p50_ms = 0, latency_p99_ms = 0;   //!< device events: start of the iteration -> outputs in host memory
 };
 
 //! One real-time trial: `streams` paced pipelines.
@@ -68,8 +71,11 @@ struct LiveTrial {
   double seconds = 0;                    //!< wall time of the trial
   double late_s = 0;                     //!< the latest any stream's last frame came, past its due time
   uint64_t frames = 0, dropped = 0;
-  double latency_p50_s = 0, latency_p99_s = 0;   //!< histogram bucket bounds, as BenchResult's
-  StreamMemory memory;
+  //! Decode -> output latency of each stream's frames after its first second (start-up left
+  //! out): bucket bounds as BenchResult's, and the exact mean from the histogram's sum.
+  double latency_p50_s = 0, latency_p99_s = 0, latency_mean_s = 0;
+  uint64_t latency_frames = 0;           //!< frames those latencies are of
+  StreamMemory memory;                   //!< per stream, against the 1-stream run of the pipeline phase
 };
 
 struct BenchResult {
@@ -77,10 +83,14 @@ struct BenchResult {
   std::string device;                    //!< resolved: "cpu", "cuda:0"
   std::string frame;                     //!< the clip's frames, e.g. "320x240 yuv420p bt601/limited"
   PhaseResult decode, pipeline;
+  PhaseResult single;                    //!< one pipeline alone (streams > 1), the memory reference
   //! Decode -> output latency of every pipeline frame: upper bounds of the histogram buckets
   //! (kLatencyBuckets) holding the quantile, seconds; +inf when beyond the last bound.
   double latency_p50_s = 0, latency_p99_s = 0;
-  StreamMemory pipeline_memory;
+  StreamMemory pipeline_memory;          //!< per stream; with 1 stream: the process' growth over the phase
+  //! The decode phase's growth over the process before it, / streams: the decoders alone (frames
+  //! dropped at once), one-time costs included but for the warm-up's.
+  StreamMemory decode_memory;
   std::vector<EngineResult> engine;      //!< CUDA devices only
   std::vector<LiveTrial> live;           //!< in the order run; the last is at 80 % of the most held
   int32_t live_held = 0;                 //!< the most streams held (0: none, or not run)

@@ -19,7 +19,7 @@ Usage:
                    [--device auto|cpu|cuda[:N]] [--json FILE] [--live N] [--live-seconds S]
                                      decode ceiling vs full pipeline on N concurrent streams
                                      (default 1 stream x 600 frames; classify + detect outputs);
-                                     CUDA: executor submit cost, overlap, memory per stream;
+                                     CUDA: executor submit cost, device times, memory per stream;
                                      --live N: the most streams (<= N) held at the clip's rate
   framefused --help | --version
 

@@ -141,6 +141,17 @@ struct ControlSpec {
   bool operator==(const ControlSpec&) const = default;
 };
 
+//! A batch group (`batching:`): pipelines on one device with the same outputs and colour whose
+//! frames share fused launches, up to `max_batch` frames from any members per launch.
+struct BatchGroupSpec {
+  std::string name;
+  int32_t max_batch = 8;                        //!< frames per launch, 1..kMaxBatch (fused_params.hpp)
+  std::chrono::microseconds max_wait{4000};     //!< the oldest queued frame waits at most this for others
+  std::optional<DeviceSpec> device;             //!< nullopt: the daemon's device
+  int32_t queue_depth = 0;                      //!< frames waiting in the group; 0 = 2 * max_batch
+  bool operator==(const BatchGroupSpec&) const = default;
+};
+
 struct PipelineSpec {
   std::string name;
   SourceSpec source;
@@ -152,6 +163,7 @@ struct PipelineSpec {
   int32_t queue_depth = 4;             //!< decoded frames waiting for processing
   int32_t pool_frames = 0;             //!< decode buffers (frame pool slots); 0 = default_pool_frames()
   ControlSpec control;
+  std::string batch_group;             //!< the BatchGroupSpec it joins; empty = its own executor
   bool operator==(const PipelineSpec&) const = default;
 };
 

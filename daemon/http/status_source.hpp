@@ -9,6 +9,7 @@
 
 #include "pipeline/decode/decoded_frame.hpp"
 #include "pipeline/exec/device.hpp"
+#include "pipeline/runtime/batch_group.hpp"
 #include "pipeline/runtime/pipeline_stats.hpp"
 #include "pipeline/spec.hpp"
 
@@ -24,6 +25,7 @@ struct DaemonSnapshot {
   bool last_reload_ok = true;
   std::string config_path;
   std::vector<GpuMemory> gpus;        //!< CUDA devices the pipelines run on; empty on CPU-only hosts
+  std::vector<BatchGroupSnapshot> batch_groups;   //!< `batching` groups, by name
 };
 
 //! Pipelines currently decoding with NVDEC (each holds one NVDEC session).

@@ -124,6 +124,30 @@ void render_gpus(Exposition& e, std::span<const GpuMemory> gpus) {
           [](const GpuMemory& g) { return g.total_bytes; });
 }
 
+//! Batch groups (`batching:`); the families appear only when there are some.
+void render_batch_groups(Exposition& e, std::span<const BatchGroupSnapshot> groups) {
+  if (groups.empty()) return;
+  const auto per_group = [&](const char* name, const char* type, const char* help, auto value) {
+    e.family(name, type, help);
+    for (const auto& g : groups) e.sample(name, {{"group", g.name}}, value(g));
+  };
+  using G = BatchGroupSnapshot;
+  per_group("framefuse_batch_launches_total", "counter", "Batches the group submitted, each one fused launch over its members' frames.",
+            [](const G& g) { return g.batches; });
+  per_group("framefuse_batch_frames_total", "counter", "Frames in the group's batches.",
+            [](const G& g) { return g.frames; });
+  per_group("framefuse_batch_fill_ratio", "gauge", "Mean frames per batch over max_batch since the group started (0 before a batch).",
+            [](const G& g) { return g.mean_fill(); });
+  per_group("framefuse_batch_wait_timeouts_total", "counter", "Batches that left short of max_batch because max_wait ran out.",
+            [](const G& g) { return g.wait_timeouts; });
+  per_group("framefuse_batch_max_frames", "gauge", "Frames a batch of the group holds at most (max_batch).",
+            [](const G& g) { return int64_t{g.max_batch}; });
+  per_group("framefuse_batch_queue_depth", "gauge", "Frames waiting in the group for a batch.",
+            [](const G& g) { return g.queue_depth; });
+  per_group("framefuse_batch_members", "gauge", "Pipelines attached to the group.",
+            [](const G& g) { return g.members; });
+}
+
 }  // namespace
 
 std::string render_metrics(const DaemonSnapshot& d, std::span<const PipelineSnapshot> pipelines) {
@@ -192,6 +216,7 @@ std::string render_metrics(const DaemonSnapshot& d, std::span<const PipelineSnap
   e.family("framefuse_nvdec_sessions", "gauge", "Pipelines currently decoding with NVDEC.");
   e.sample("framefuse_nvdec_sessions", {}, nvdec_sessions(pipelines));
   render_gpus(e, d.gpus);
+  render_batch_groups(e, d.batch_groups);
   render_histogram(e, pipelines);
   render_control(e, pipelines);
   return e.take();

@@ -1,7 +1,7 @@
 #pragma once
 //! Prometheus text exposition (format 0.0.4) of the daemon and its pipelines: `framefuse_` prefix,
 //! base units, one HELP/TYPE block per family, labels limited to pipeline, output, reason, state,
-//! result, decoder, condition, device (cuda:N).
+//! result, decoder, condition, device (cuda:N), group (batch group).
 #include <span>
 #include <string>
 

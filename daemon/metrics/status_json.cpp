@@ -73,7 +73,16 @@ std::string render_status_json(const DaemonSnapshot& d, std::span<const Pipeline
   for (size_t i = 0; i < d.gpus.size(); ++i)
     fmt::format_to(o, R"({}{{"device":"cuda:{}","used_bytes":{},"total_bytes":{}}})", i ? "," : "", d.gpus[i].device,
                    d.gpus[i].used_bytes, d.gpus[i].total_bytes);
-  fmt::format_to(o, R"(],"nvdec_sessions":{},"pipelines":[)", nvdec_sessions(pipelines));
+  fmt::format_to(o, R"(],"nvdec_sessions":{},"batch_groups":[)", nvdec_sessions(pipelines));
+  for (size_t i = 0; i < d.batch_groups.size(); ++i) {
+    const BatchGroupSnapshot& g = d.batch_groups[i];
+    fmt::format_to(o, R"({}{{"name":{},"device":{},"max_batch":{},"batches":{},"frames":{},"mean_fill":{},)",
+                   i ? "," : "", json_string(g.name), json_string(g.device), g.max_batch, g.batches, g.frames,
+                   json_number(g.mean_fill()));
+    fmt::format_to(o, R"("wait_timeouts":{},"queue_depth":{},"members":{}}})", g.wait_timeouts, g.queue_depth,
+                   g.members);
+  }
+  out += R"(],"pipelines":[)";
   for (size_t i = 0; i < pipelines.size(); ++i) {
     if (i) out += ',';
     append_pipeline(out, pipelines[i]);

@@ -17,7 +17,7 @@ void CudaControl::setup(const ControlParams& params, cudaStream_t stream) {
   const size_t params_at = cuda::align_up(control_at + sizeof(FusedControl));
   const size_t block_at = cuda::align_up(params_at + sizeof(ControlParams));
   const size_t accum_at = cuda::align_up(block_at + sizeof(ControlBlock));
-  const size_t slots_at = cuda::align_up(accum_at + sizeof(RegionAccum) * kMaxRegions);
+  const size_t slots_at = cuda::align_up(accum_at + sizeof(TermAccum) * kMaxRegions);
   const size_t previous_at = cuda::align_up(slots_at + sizeof(Slot) * size_t(params.depth));
   memory_ = cuda::alloc_device(previous_at + sizeof(uint16_t) * kThumbPixels);
   records_ = cuda::alloc_mapped(sizeof(PublishedRecord) * kRecordRing);
@@ -32,9 +32,10 @@ void CudaControl::setup(const ControlParams& params, cudaStream_t stream) {
   c.block = reinterpret_cast<ControlBlock*>(base + block_at);
   c.slots = reinterpret_cast<Slot*>(base + slots_at);
   c.previous = reinterpret_cast<uint16_t*>(base + previous_at);
-  c.accum = reinterpret_cast<RegionAccum*>(base + accum_at);
+  c.accum = reinterpret_cast<TermAccum*>(base + accum_at);
   c.records = static_cast<PublishedRecord*>(records);
   c.applied[0] = c.applied[1] = initial.state;
+  for (int r = 0; r < num_regions(params); ++r) c.regions[0][r] = stats_region(params, initial.state, r);
   control_ = reinterpret_cast<FusedControl*>(base + control_at);
   block_ = c.block;
   slots_ = c.slots;

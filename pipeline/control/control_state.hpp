@@ -35,14 +35,18 @@ FF_HD int32_t moved_edge(int32_t base, int32_t d, int32_t size, int32_t frame) {
   return ops::clampi(base + d, 0, frame - size);
 }
 
-//! Applies output k's control to its planned parameters `p` (not to already controlled ones): the
-//! crop window moves by (dx, dy), clamped inside the frame, and the gain scales norm.mul.
-FF_HD void apply(const ControlState& s, int k, ops::Chain::Params& p) {
-  if (k >= s.num_outputs) return;
-  const OutputControl& c = s.out[k];
-  p.resize.x0 = moved_edge(p.resize.x0, c.dx, p.resize.src_w, s.frame_w);
-  p.resize.y0 = moved_edge(p.resize.y0, c.dy, p.resize.src_h, s.frame_h);
+//! Applies one output's control `c` to its planned parameters `p` (not to already controlled
+//! ones): the crop window moves by (dx, dy), clamped inside the frame_w x frame_h frame, and the
+//! gain scales norm.mul.
+FF_HD void apply(const OutputControl& c, int32_t frame_w, int32_t frame_h, ops::Chain::Params& p) {
+  p.resize.x0 = moved_edge(p.resize.x0, c.dx, p.resize.src_w, frame_w);
+  p.resize.y0 = moved_edge(p.resize.y0, c.dy, p.resize.src_h, frame_h);
   for (float& m : p.norm.mul) m *= c.gain;
+}
+
+//! apply() of output k's control in `s` (outputs k >= s.num_outputs are left alone).
+FF_HD void apply(const ControlState& s, int k, ops::Chain::Params& p) {
+  if (k < s.num_outputs) apply(s.out[k], s.frame_w, s.frame_h, p);
 }
 
 }  // namespace framefuse::control

@@ -9,7 +9,7 @@
 //!   3. finalize() of each region into slot i mod D, then end_iteration(): the slot gets the state
 //!      frame i used, the record of iteration i is made (a mapped pinned ring on the GPU), the
 //!      iteration counter advances and control_step() runs the loops for iteration i + 1 on slot
-//!      (i + 1 - d) when i + 1 >= d.
+//!      (i + 1 - d) when i + 1 >= d (health also compares it with slot i - d).
 //! So the control of frame n depends on the statistics of frame n - d and nothing newer (d >= 1).
 //! Everything here is POD and FF_HD; the host plans ControlParams (control_engine.hpp).
 #include <cstdint>
@@ -61,12 +61,28 @@ inline ControlBlock initial_block(const ControlParams& p) {
   return b;
 }
 
-//! The loops of iteration b.header.iteration on slot (i - d) (nothing while i < d): updates
-//! b.state, the control that iteration's outputs get. `slots`: the D slots.
-FF_HD void control_step(const ControlParams& p, const Slot* slots, ControlBlock& b) {
-  const uint64_t i = b.header.iteration;
-  if (!has_input(i, b.header.delay)) return;
-  const Slot& s = slots[read_slot(i, b.header.delay, b.header.depth)];
+//! The slot the loops of iteration i = h.iteration read: frame i - d's, or null while i < d.
+FF_HD const Slot* observed_slot(const Slot* slots, const RingHeader& h) {
+  return has_input(h.iteration, h.delay) ? &slots[read_slot(h.iteration, h.delay, h.depth)] : nullptr;
+}
+
+//! The slot of the frame observed before that one, i - d - 1, or null while i < d + 1. With D = d + 1
+//! it is slot i mod D, which iteration i only rewrites at its end, after its loops ran.
+FF_HD const Slot* before_slot(const Slot* slots, const RingHeader& h) {
+  return has_input(h.iteration, h.delay + 1) ? &slots[write_slot(h.iteration, h.depth)] : nullptr;
+}
+
+//! Health's scene distance: hist_distance() of the whole-frame histograms of the two slots, 0
+//! without both.
+FF_HD float scene_distance(const Slot* observed, const Slot* before) {
+  return observed && before ? hist_distance(observed->stats.region[0], before->stats.region[0]) : 0.f;
+}
+
+//! The loops of iteration b.header.iteration on `observed` (observed_slot(); nothing when null),
+//! `distance` its scene_distance(): updates b.state, the control that iteration's outputs get.
+FF_HD void control_step(const ControlParams& p, const Slot* observed, float distance, ControlBlock& b) {
+  if (!observed) return;
+  const Slot& s = *observed;
   if (p.loops & kLoopAutoGain) {
     for (int k = 0; k < p.num_outputs; ++k) {
       if (!(p.auto_gain.outputs & (1u << k))) continue;
@@ -79,7 +95,7 @@ FF_HD void control_step(const ControlParams& p, const Slot* slots, ControlBlock&
     RoiFollow::step(p.roi_follow, b.loops.roi, s.stats.region[0]);
     RoiFollow::offset(p.roi_follow, b.loops.roi, o.dx, o.dy);
   }
-  if (p.loops & kLoopHealth) Health::step(p.health, b.loops.health, s.stats.region[0], s.iteration > 0);
+  if (p.loops & kLoopHealth) Health::step(p.health, b.loops.health, s.stats.region[0], s.iteration > 0, distance);
 }
 
 //! Thumbnail region r of the current frame: 0 the whole frame, k + 1 output k's window as the
@@ -147,17 +163,24 @@ FF_HD void make_record(const ControlParams& p, const Slot& s, const LoopState& l
   }
 }
 
-//! Step 3 of iteration i = b.header.iteration, once current_slot() holds its regions' statistics:
-//! the slot gets the iteration and the state frame i used, `record` is made, the counter advances
-//! and control_step() runs for iteration i + 1.
-FF_HD void end_iteration(const ControlParams& p, Slot* slots, ControlBlock& b, ControlRecord& record) {
-  Slot& s = current_slot(slots, b);
-  s.iteration = b.header.iteration;
-  s.applied = b.state;
-  s.stats.num_regions = num_regions(p);
+//! The first half of step 3 of iteration i = b.header.iteration, once `current` (current_slot())
+//! holds its regions' statistics: the slot gets the iteration and the state frame i used, `record`
+//! is made and the counter advances to i + 1.
+FF_HD void close_iteration(const ControlParams& p, Slot& current, ControlBlock& b, ControlRecord& record) {
+  current.iteration = b.header.iteration;
+  current.applied = b.state;
+  current.stats.num_regions = num_regions(p);
   ++b.header.iteration;
-  make_record(p, s, b.loops, record);
-  control_step(p, slots, b);
+  make_record(p, current, b.loops, record);
+}
+
+//! All of step 3 in one thread (the CPU engine): close_iteration(), then control_step() for
+//! iteration i + 1. The GPU's last statistics block runs the same pieces, the scene distance's
+//! terms in parallel.
+FF_HD void end_iteration(const ControlParams& p, Slot* slots, ControlBlock& b, ControlRecord& record) {
+  close_iteration(p, current_slot(slots, b), b, record);
+  const Slot* observed = observed_slot(slots, b.header);
+  control_step(p, observed, scene_distance(observed, before_slot(slots, b.header)), b);
 }
 
 }  // namespace framefuse::control

@@ -111,15 +111,13 @@ struct Health {
     int32_t on[kConditions], off[kConditions];   //!< consecutive frames with / without
     uint32_t events[kConditions];        //!< rises since setup
     float distance;                      //!< last histogram distance
-    uint32_t prev_pixels;                //!< 0 before the first observed frame
-    uint32_t prev_hist[kHistBins];
   };
 
-  //! `has_motion`: the frame had a previous thumbnail (its motion is a measurement, not 0 by default).
-  FF_HD static void step(const Params& p, State& s, const RegionStats& whole, bool has_motion) {
-    s.distance = hist_distance(whole.hist, whole.pixels, s.prev_hist, s.prev_pixels);
-    for (int b = 0; b < kHistBins; ++b) s.prev_hist[b] = whole.hist[b];
-    s.prev_pixels = whole.pixels;
+  //! `has_motion`: the frame had a previous thumbnail (its motion is a measurement, not 0 by
+  //! default). `distance`: hist_distance() of its whole-frame histogram to the previous observed
+  //! frame's, 0 for the first observed frame (the caller has both frames' statistics).
+  FF_HD static void step(const Params& p, State& s, const RegionStats& whole, bool has_motion, float distance) {
+    s.distance = distance;
     if (has_motion) update(p, s, kFrozen, whole.motion < p.frozen_motion);
     update(p, s, kBlack, whole.black_fraction >= p.black_fraction);
     update(p, s, kOverexposed, whole.white_fraction >= p.overexposed_fraction);

@@ -4,12 +4,16 @@
 //!
 //! Iteration i is one fused launch of one frame: its output blocks apply applied[i & 1]; its
 //! kStatsBlocks statistics blocks (the lowest block indices, so they overlap the output tiles)
-//! compute the thumbnail of the frame, compare it with the previous one and add their sums into
-//! `accum` with atomics; the last of them to arrive (`ticket`) runs end_iteration(), publishes the
-//! record, writes applied[(i + 1) & 1] and clears accum and ticket for iteration i + 1. Nothing an
-//! output block reads is written during its launch: the blocks of launch i read the state of
-//! iteration batch_first + b (b the launch's batch frame), and batch_first is a snapshot of the
-//! iteration counter taken by the parameter upload before the batch's first launch.
+//! compute the thumbnail of the frame over regions[i & 1], compare it with the previous one and add
+//! their term sums into `accum` with atomics; the last of them to arrive (`ticket`) finalises the
+//! regions, runs the loops, publishes the record, advances the counter, writes applied and regions
+//! of iteration i + 1 (the other parity) and clears accum and ticket. Output blocks may start after
+//! that last block finished, so they never read the counter: launch b of a batch is iteration
+//! batch_first + b, batch_first being the counter as the parameter upload saw it before the batch.
+//! Statistics blocks read the counter itself (only the last of them rewrites it, after every one
+//! took its ticket). Blocks read before the upload's completion only what earlier launches wrote:
+//! only a batch's first launch overlaps the upload (programmatic dependent launch), later ones
+//! start after the launch before them completed.
 #include <cstdint>
 
 #include "pipeline/control/control_step.hpp"
@@ -46,25 +50,30 @@ inline constexpr int kStatsBlocks = kThumbPixels / kStatsThreads;
 static_assert(kThumbPixels % kStatsThreads == 0 && kStatsThreads % kThumbW == 0,
               "a statistics block covers whole thumbnail rows");
 
+//! Term sums and histogram of one region, added up by the statistics blocks of an iteration.
+struct TermAccum {
+  uint64_t terms[kTerms];
+  uint32_t hist[kHistBins];
+};
+
 //! Device memory of one pipeline's control.
 struct FusedControl {
   const ControlParams* params;
   ControlBlock* block;         //!< header (iteration counter), state, loop memory: the last block's
   Slot* slots;                 //!< params->depth slots
   uint16_t* previous;          //!< kThumbPixels: the previous frame's thumbnail, rewritten in place
-  RegionAccum* accum;          //!< kMaxRegions accumulators of the running iteration, zero between
+  TermAccum* accum;            //!< kMaxRegions accumulators of the running iteration, zero between
   PublishedRecord* records;    //!< kRecordRing entries of mapped pinned host memory
   uint32_t ticket;             //!< statistics blocks of the running iteration that finished
   uint64_t batch_first;        //!< iteration of the current batch's frame 0
   ControlState applied[2];     //!< iteration i's outputs apply applied[i & 1]
+  Region regions[2][kMaxRegions];   //!< iteration i's statistics regions (stats_region())
 };
 
 //! What the parameter upload does before a batch: batch_first = the iteration counter.
 FF_HD void begin_batch(FusedControl& c) { c.batch_first = c.block->header.iteration; }
 
-//! Applies the state of batch frame `frame` (control::apply) to output k's planned parameters.
-FF_HD void apply(const FusedControl& c, int frame, int k, ops::Chain::Params& p) {
-  apply(c.applied[(c.batch_first + static_cast<uint64_t>(frame)) & 1u], k, p);
-}
+//! The iteration of launch `frame` of the current batch (read once the upload is visible).
+FF_HD uint64_t launch_iteration(const FusedControl& c, int frame) { return c.batch_first + uint64_t(frame); }
 
 }  // namespace framefuse::control

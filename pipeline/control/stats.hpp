@@ -6,8 +6,8 @@
 //! previous frame's.
 //!
 //! Sums are integers over fixed-point luma, so the result does not depend on the order pixels are
-//! added in: a CPU loop and GPU block reductions (per-thread sums, warp shuffles, shared-memory and
-//! global atomics) give the same accumulators for the same thumbnail, and finalize() turns them into
+//! added in: a CPU loop and GPU block reductions (warp sums of each term, shared-memory and global
+//! atomics) give the same accumulators for the same thumbnail, and finalize() turns them into
 //! the same floats, bit for bit.
 #include <cstdint>
 
@@ -81,36 +81,53 @@ struct RegionSums {
   uint64_t moving, moving_w, moving_wx2, moving_wy2;   //!< wx2: sum of diff * (2x + 1) (pixel centres)
 };
 
-//! f(field) for every field of `a` (a GPU warp reduction shuffles each one).
-template <class F>
-FF_HD void for_each_field(RegionSums& a, F&& f) {
-  f(a.pixels), f(a.sum), f(a.sum_sq), f(a.black), f(a.white), f(a.diff_sum);
-  f(a.moving), f(a.moving_w), f(a.moving_wx2), f(a.moving_wy2);
-}
+//! What one pixel adds to each field of RegionSums, as 32-bit terms that a 32-lane sum never
+//! overflows (each at most 65535 x 255): the GPU sums each term over a warp in one instruction
+//! (redux), the CPU adds them one pixel at a time; add_terms() turns term sums into RegionSums.
+//! sum_sq travels as two 16-bit halves of q^2.
+enum Term : int {
+  kTermPixels, kTermSum, kTermSqHigh, kTermSqLow, kTermBlack, kTermWhite, kTermDiff,
+  kTermMoving, kTermMovingW, kTermMovingWx2, kTermMovingWy2, kTerms
+};
 
-//! Adds one pixel to private (thread-local or CPU) sums.
-FF_HD void add_sample(RegionSums& a, const PixelSample& s) {
-  a.pixels += 1;
-  a.sum += s.q;
-  a.sum_sq += uint64_t{s.q} * s.q;
-  a.black += s.bin < kBlackBins ? 1 : 0;
-  a.white += s.bin >= kHistBins - kWhiteBins ? 1 : 0;
-  a.diff_sum += s.diff;
-  if (s.diff >= kMovingDiffQ) {
-    a.moving += 1;
-    a.moving_w += s.diff;
-    a.moving_wx2 += uint64_t{s.diff} * uint64_t(2 * s.x + 1);
-    a.moving_wy2 += uint64_t{s.diff} * uint64_t(2 * s.y + 1);
+//! Term t of pixel `s` counted in a region (0 for a pixel outside it: pass in = false).
+FF_HD uint32_t sample_term(const PixelSample& s, int t, bool in) {
+  if (!in) return 0;
+  const bool moving = s.diff >= kMovingDiffQ;
+  switch (t) {
+    case kTermPixels: return 1;
+    case kTermSum: return s.q;
+    case kTermSqHigh: return (s.q * s.q) >> 16;
+    case kTermSqLow: return (s.q * s.q) & 0xffffu;
+    case kTermBlack: return s.bin < kBlackBins ? 1 : 0;
+    case kTermWhite: return s.bin >= kHistBins - kWhiteBins ? 1 : 0;
+    case kTermDiff: return s.diff;
+    case kTermMoving: return moving ? 1 : 0;
+    case kTermMovingW: return moving ? s.diff : 0;
+    case kTermMovingWx2: return moving ? s.diff * uint32_t(2 * s.x + 1) : 0;
+    default: return moving ? s.diff * uint32_t(2 * s.y + 1) : 0;   // kTermMovingWy2
   }
 }
 
-//! dst += src through `add(uint64_t& dst, uint64_t v)`: `+=` on the host, an atomic add into shared
-//! memory when the warps of a GPU block merge their partial sums.
-template <class Add>
-FF_HD void merge(RegionSums& dst, const RegionSums& src, const Add& add) {
-  add(dst.pixels, src.pixels), add(dst.sum, src.sum), add(dst.sum_sq, src.sum_sq), add(dst.black, src.black);
-  add(dst.white, src.white), add(dst.diff_sum, src.diff_sum), add(dst.moving, src.moving);
-  add(dst.moving_w, src.moving_w), add(dst.moving_wx2, src.moving_wx2), add(dst.moving_wy2, src.moving_wy2);
+//! a += the term sums `t` (kTerms of them, any number of pixels).
+FF_HD void add_terms(RegionSums& a, const uint64_t* t) {
+  a.pixels += t[kTermPixels];
+  a.sum += t[kTermSum];
+  a.sum_sq += (t[kTermSqHigh] << 16) + t[kTermSqLow];
+  a.black += t[kTermBlack];
+  a.white += t[kTermWhite];
+  a.diff_sum += t[kTermDiff];
+  a.moving += t[kTermMoving];
+  a.moving_w += t[kTermMovingW];
+  a.moving_wx2 += t[kTermMovingWx2];
+  a.moving_wy2 += t[kTermMovingWy2];
+}
+
+//! Adds one pixel to private (CPU) sums.
+FF_HD void add_sample(RegionSums& a, const PixelSample& s) {
+  uint64_t t[kTerms];
+  for (int i = 0; i < kTerms; ++i) t[i] = sample_term(s, i, true);
+  add_terms(a, t);
 }
 
 //! A region's sums and luma histogram. The histogram takes one add per pixel (`++` on the host, a
@@ -134,43 +151,78 @@ struct RegionStats {
   uint32_t hist[kHistBins];   //!< luma histogram, bin b = [b/64, (b+1)/64)
 };
 
-//! Accumulators -> statistics. Integer numerators and one correctly rounded division each, so
-//! host and device agree bit for bit.
-FF_HD RegionStats finalize(const RegionAccum& acc, const Region& r) {
-  const RegionSums& a = acc.sums;
-  RegionStats s;
+//! The float fields of RegionStats, in finalize_field()'s numbering.
+enum StatField : int {
+  kStatMean, kStatVariance, kStatBlack, kStatWhite, kStatMotion, kStatMoving, kStatCentroidX, kStatCentroidY,
+  kStatFields
+};
+
+//! Field f of the statistics of the sums `a` over region `r`: an integer numerator over an exact
+//! denominator, one correctly rounded division (host and device agree bit for bit). The switch only
+//! picks the operands, so GPU threads computing different fields divide together.
+FF_HD float finalize_field(const RegionSums& a, const Region& r, int f) {
   const uint64_t n = a.pixels > 0 ? a.pixels : 1;
   const double one = double(kLumaOne);
-  s.mean = static_cast<float>(double(a.sum) / (double(n) * one));
-  // n * sum_sq <= 9216 * 9216 * 65535^2 < 2^64; the difference is exact and >= 0.
-  const uint64_t spread = n * a.sum_sq - a.sum * a.sum;
-  s.variance = static_cast<float>(double(spread) / (double(n * n) * one * one));
-  s.black_fraction = static_cast<float>(double(a.black) / double(n));
-  s.white_fraction = static_cast<float>(double(a.white) / double(n));
-  s.motion = static_cast<float>(double(a.diff_sum) / (double(n) * one));
-  s.moving_fraction = static_cast<float>(double(a.moving) / double(n));
-  if (a.moving_w > 0) {
-    s.centroid_x = static_cast<float>(double(a.moving_wx2) / double(2 * a.moving_w * kThumbW));
-    s.centroid_y = static_cast<float>(double(a.moving_wy2) / double(2 * a.moving_w * kThumbH));
-  } else {
-    s.centroid_x = static_cast<float>(double(r.x0 + r.x1) / double(2 * kThumbW));
-    s.centroid_y = static_cast<float>(double(r.y0 + r.y1) / double(2 * kThumbH));
+  double num, den;
+  switch (f) {
+    case kStatMean: num = double(a.sum), den = double(n) * one; break;
+    // n * sum_sq <= 9216 * 9216 * 65535^2 < 2^64; the difference is exact and >= 0.
+    case kStatVariance: num = double(n * a.sum_sq - a.sum * a.sum), den = double(n * n) * one * one; break;
+    case kStatBlack: num = double(a.black), den = double(n); break;
+    case kStatWhite: num = double(a.white), den = double(n); break;
+    case kStatMotion: num = double(a.diff_sum), den = double(n) * one; break;
+    case kStatMoving: num = double(a.moving), den = double(n); break;
+    case kStatCentroidX:
+      num = a.moving_w > 0 ? double(a.moving_wx2) : double(r.x0 + r.x1);
+      den = a.moving_w > 0 ? double(2 * a.moving_w * kThumbW) : double(2 * kThumbW);
+      break;
+    default:   // kStatCentroidY
+      num = a.moving_w > 0 ? double(a.moving_wy2) : double(r.y0 + r.y1);
+      den = a.moving_w > 0 ? double(2 * a.moving_w * kThumbH) : double(2 * kThumbH);
+      break;
   }
-  s.pixels = static_cast<uint32_t>(a.pixels);
+  return static_cast<float>(num / den);
+}
+
+//! Sets field f (StatField) of `s` to v.
+FF_HD void set_field(RegionStats& s, int f, float v) {
+  switch (f) {
+    case kStatMean: s.mean = v; break;
+    case kStatVariance: s.variance = v; break;
+    case kStatBlack: s.black_fraction = v; break;
+    case kStatWhite: s.white_fraction = v; break;
+    case kStatMotion: s.motion = v; break;
+    case kStatMoving: s.moving_fraction = v; break;
+    case kStatCentroidX: s.centroid_x = v; break;
+    default: s.centroid_y = v; break;
+  }
+}
+
+//! Accumulators -> statistics: every finalize_field(), the pixel count and the histogram (the GPU
+//! computes the same pieces in parallel threads).
+FF_HD RegionStats finalize(const RegionAccum& acc, const Region& r) {
+  RegionStats s;
+  for (int f = 0; f < kStatFields; ++f) set_field(s, f, finalize_field(acc.sums, r, f));
+  s.pixels = static_cast<uint32_t>(acc.sums.pixels);
   for (int b = 0; b < kHistBins; ++b) s.hist[b] = acc.hist[b];
   return s;
 }
 
 //! Total-variation distance of two histograms, each normalised by its pixel count: 0 = same
-//! distribution, 1 = disjoint. Exact integer sum, one division.
-FF_HD float hist_distance(const uint32_t* a, uint32_t na, const uint32_t* b, uint32_t nb) {
-  if (na == 0 || nb == 0) return 0.f;
+//! distribution, 1 = disjoint. An exact integer sum of one term per bin (hist_term; the GPU sums
+//! them in parallel), then one division (hist_distance_of).
+FF_HD uint64_t hist_term(const RegionStats& a, const RegionStats& b, int bin) {
+  const uint64_t x = uint64_t{a.hist[bin]} * b.pixels, y = uint64_t{b.hist[bin]} * a.pixels;
+  return x > y ? x - y : y - x;
+}
+FF_HD float hist_distance_of(uint64_t terms, const RegionStats& a, const RegionStats& b) {
+  if (a.pixels == 0 || b.pixels == 0) return 0.f;
+  return static_cast<float>(double(terms) / (2.0 * double(a.pixels) * double(b.pixels)));
+}
+FF_HD float hist_distance(const RegionStats& a, const RegionStats& b) {
   uint64_t d = 0;
-  for (int i = 0; i < kHistBins; ++i) {
-    const uint64_t x = uint64_t{a[i]} * nb, y = uint64_t{b[i]} * na;
-    d += x > y ? x - y : y - x;
-  }
-  return static_cast<float>(double(d) / (2.0 * double(na) * double(nb)));
+  for (int i = 0; i < kHistBins; ++i) d += hist_term(a, b, i);
+  return hist_distance_of(d, a, b);
 }
 
 //! Statistics of one frame: region 0 the whole frame, region k + 1 output k's crop window.

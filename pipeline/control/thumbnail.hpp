@@ -54,19 +54,34 @@ FF_HD int cell_sample(int cell, int cells, int size, int k) {
   return lo + (2 * k + 1) * (hi - lo) / (2 * kThumbSamples);
 }
 
-//! Thumbnail pixel (tx, ty) of `img`: q in [0, kLumaOne].
+//! The frame coordinates of the samples of cell `cell` of `cells` along an axis of `size` pixels.
+FF_HD void cell_samples(int cell, int cells, int size, int (&at)[kThumbSamples]) {
+  for (int k = 0; k < kThumbSamples; ++k) at[k] = cell_sample(cell, cells, size, k);
+}
+
+//! Sum of the luma codes at the samples xs x ys.
 template <ops::PixelFormat F>
-FF_HD uint32_t thumb_pixel(const ops::ImageView& img, const LumaScale& s, int tx, int ty) {
-  int xs[kThumbSamples];
-  for (int i = 0; i < kThumbSamples; ++i) xs[i] = cell_sample(tx, kThumbW, img.width, i);
+FF_HD uint32_t thumb_sum(const ops::ImageView& img, const int (&xs)[kThumbSamples], const int (&ys)[kThumbSamples]) {
   uint32_t sum = 0;
-  for (int j = 0; j < kThumbSamples; ++j) {
-    const int y = cell_sample(ty, kThumbH, img.height, j);
-    for (int i = 0; i < kThumbSamples; ++i) sum += luma_code<F>(img, xs[i], y);
-  }
+  for (int j = 0; j < kThumbSamples; ++j)
+    for (int i = 0; i < kThumbSamples; ++i) sum += luma_code<F>(img, xs[i], ys[j]);
+  return sum;
+}
+
+//! A cell's sum of luma codes -> q in [0, kLumaOne].
+FF_HD uint32_t thumb_q(uint32_t sum, const LumaScale& s) {
   const uint64_t above = sum > s.black ? sum - s.black : 0;
   const uint64_t q = (above * s.mul + (uint64_t{1} << 31)) >> 32;
   return q < kLumaOne ? static_cast<uint32_t>(q) : kLumaOne;
+}
+
+//! Thumbnail pixel (tx, ty) of `img`: q in [0, kLumaOne].
+template <ops::PixelFormat F>
+FF_HD uint32_t thumb_pixel(const ops::ImageView& img, const LumaScale& s, int tx, int ty) {
+  int xs[kThumbSamples], ys[kThumbSamples];
+  cell_samples(tx, kThumbW, img.width, xs);
+  cell_samples(ty, kThumbH, img.height, ys);
+  return thumb_q(thumb_sum<F>(img, xs, ys), s);
 }
 
 }  // namespace framefuse::control

@@ -85,6 +85,8 @@ constexpr int32_t kMaxPickRegs = 4;
 //! chroma bytes within 128).
 constexpr int32_t kMaxBox = 8;
 constexpr int32_t kMaxVbmiBox = 7;
+//! The most source rows per output row of the box path's fused vertical pass (box_rows).
+constexpr int32_t kMaxBoxRows = 16;
 
 //! A gather of bytes pos[i] of one row (offsets from a row pointer) done by shuffles: block b (slots
 //! 16b .. 16b + 15) loads `regs` 16-byte windows from byte base[b], and masks[group[b] + r] moves
@@ -94,6 +96,15 @@ struct BytePicks {
   int32_t regs = 0;   //!< 0: not built (a block spans too many windows)
   std::vector<int32_t> pos, base, group;
   std::vector<std::array<uint8_t, 16>> masks;
+};
+
+//! A gather of bytes of one row by AVX-512 VBMI byte permutes, 16 slots (a block) at a time: block b
+//! reads the 128 bytes from base[b], and slot i of plane k is byte idx[group[k][b]][4i] of them
+//! (planes: luma; or chroma U and V, from one NV12 window, or at equal offsets of the U and V rows).
+//! Equal index vectors are stored once. Empty where a block spans 128 bytes or more.
+struct VbmiPicks {
+  std::vector<int32_t> base, group[2];
+  std::vector<std::array<uint8_t, 64>> idx;
 };
 
 //! x.index are positions in `cols`; y.index are source rows relative to the crop window, so
@@ -114,6 +125,7 @@ struct RowPlan {
   int32_t cache_rows = 1;      //!< row cache size: the widest span of source rows one output row reads
   bool picked = false;         //!< samples come from the picks below (cols padded to whole blocks)
   BytePicks luma, chroma[2];   //!< chroma by x0 parity
+  VbmiPicks vluma, vchroma[2]; //!< picked (not box): the samples of cols by 16 columns (planar rows use them)
   int32_t box = 0;
   float box_weight = 0.f;
   int32_t stride = 0;          //!< > 0: cached rows are planar R, G, B, this many floats apart (box, YUV direct_x)
@@ -129,6 +141,9 @@ struct RowPlan {
   int32_t c0 = 0;                              //!< box: crop-relative first column of the window
   int32_t cplanes[2] = {0, 0};                 //!< box: chroma planes per block, by parity
   std::array<int8_t, kMaxBox> cplane[2] = {};  //!< box: chroma plane of tap k, by parity
+  //! Box path with VBMI tables where every output row reads its own rows (no row read twice), at
+  //! least one and at most kMaxBoxRows of weight > 0: output rows are summed whole, no row cache.
+  bool box_rows = false;
 };
 
 namespace {
@@ -159,9 +174,10 @@ constexpr int32_t kDenseSpan = 2;
 #define FF_ROW_LOOP
 #endif
 
-//! Appends the taps of resized coordinate d on one axis (n source samples) to `t`, as
-//! Resize::sample weighs them, and pads the entry to `t.taps`.
-void append_taps(ops::Interp interp, int d, double scale, double inv_scale, int n, AxisTaps& t) {
+//! Appends the taps of resized coordinate d on one axis of `r` (y_axis: rows) to `t`, as
+//! Resize::sample weighs them (Resize::axis_taps' two taps, or AreaBox's box), and pads the entry to
+//! `t.taps`.
+void append_taps(const ops::Resize::Params& r, bool y_axis, int d, AxisTaps& t) {
   using R = ops::Resize;
   const size_t begin = t.index.size();
   const auto add = [&](int i, float w) {
@@ -171,25 +187,15 @@ void append_taps(ops::Interp interp, int d, double scale, double inv_scale, int 
     }
   };
   int first = 0;
-  switch (interp) {
-    case ops::Interp::Nearest:
-      first = R::nearest_tap(d, scale, n);
-      add(first, 1.f);   // v * 1 == v: the nearest sample itself
-      break;
-    case ops::Interp::AreaBox: {
-      const R::Box b = R::area_box(d, scale, n);
-      first = b.first;
-      for (int i = b.first; i <= b.last; ++i) add(i, R::box_weight(b, i));
-      break;
-    }
-    default: {
-      const R::Taps2 s = interp == ops::Interp::AreaUp ? R::area_up_taps(d, scale, inv_scale, n)
-                                                         : R::linear_taps(d, scale, n);
-      first = s.i0;
-      add(s.i0, 1.f - s.a);
-      add(s.i1, s.a);
-      break;
-    }
+  if (r.interp == ops::Interp::AreaBox) {
+    const R::Box b = R::area_box(d, y_axis ? r.scale_y : r.scale_x, y_axis ? r.src_h : r.src_w);
+    first = b.first;
+    for (int i = b.first; i <= b.last; ++i) add(i, R::box_weight(b, i));
+  } else {   // nearest is {i, i, 0}: the sample itself with weight 1 (v * 1 == v)
+    const R::Taps2 s = R::axis_taps(r, y_axis, d);
+    first = s.i0;
+    add(s.i0, 1.f - s.a);
+    add(s.i1, s.a);
   }
   const int32_t pad_index = t.index.size() > begin ? t.index[begin] : first;
   while (t.index.size() - begin < size_t(t.taps)) {
@@ -198,24 +204,25 @@ void append_taps(ops::Interp interp, int d, double scale, double inv_scale, int 
   }
 }
 
-//! The taps of resized coordinates [lo, hi) on one axis, padded to the widest entry.
-AxisTaps axis_taps(ops::Interp interp, int lo, int hi, double scale, double inv_scale, int n) {
+//! The taps of resized coordinates [lo, hi) on one axis of `r`, padded to the widest entry.
+AxisTaps tap_table(const ops::Resize::Params& r, bool y_axis, int lo, int hi) {
   AxisTaps t;
   t.lo = lo;
   t.hi = std::max(lo, hi);
   for (int d = t.lo; d < t.hi; ++d) {   // widest entry first, then every entry padded to it
     AxisTaps one;
-    append_taps(interp, d, scale, inv_scale, n, one);
+    append_taps(r, y_axis, d, one);
     t.taps = std::max(t.taps, static_cast<int32_t>(one.index.size()));
   }
   t.taps = std::max(t.taps, 1);
-  for (int d = t.lo; d < t.hi; ++d) append_taps(interp, d, scale, inv_scale, n, t);
+  for (int d = t.lo; d < t.hi; ++d) append_taps(r, y_axis, d, t);
   return t;
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
 //! What the CPU runs of the explicit SIMD loops: AVX2 (shuffle gathers, the box path in 8 lanes,
-//! YuvToRgb), AVX-512 F + DQ (the box path in 16 lanes), + BW + VBMI (its byte permutes).
+//! YuvToRgb), AVX-512 F + DQ + BW + VL, F16C (the box path in 16 lanes, f16 stores), + VBMI (byte permutes:
+//! the box path's and the gathers').
 //! FRAMEFUSE_CPU_SIMD=baseline|avx2|avx512 caps the level (tests run every path on one host).
 struct CpuSimd {
   bool avx2, avx512, vbmi;
@@ -227,11 +234,10 @@ const CpuSimd& cpu_simd() {
     const char* env = std::getenv("FRAMEFUSE_CPU_SIMD");
     const std::string_view cap = env ? env : "";
     const bool avx2 = __builtin_cpu_supports("avx2") && cap != "baseline";
-    const bool avx512 =
-        avx2 && cap != "avx2" && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
-    return CpuSimd{avx2, avx512,
-                   avx512 && cap != "avx512" && __builtin_cpu_supports("avx512bw") &&
-                       __builtin_cpu_supports("avx512vbmi")};
+    const bool avx512 = avx2 && cap != "avx2" && __builtin_cpu_supports("avx512f") &&
+                        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c");
+    return CpuSimd{avx2, avx512, avx512 && cap != "avx512" && __builtin_cpu_supports("avx512vbmi")};
   }();
   return simd;
 }
@@ -282,6 +288,48 @@ BytePicks make_picks(std::vector<int32_t> pos) {
   return picks;
 }
 
+//! The VBMI gather of bytes a[i] (and b[i] from the same window or offsets), 16 slots a block; a and
+//! b are whole blocks long.
+VbmiPicks make_vbmi_picks(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  VbmiPicks picks;
+  std::map<std::array<uint8_t, 64>, int32_t> groups;
+  const auto group = [&](const std::vector<int32_t>& pos, size_t first, int32_t base) {
+    std::array<uint8_t, 64> idx{};
+    for (size_t i = 0; i < size_t(kPickSlots); ++i) idx[4 * i] = static_cast<uint8_t>(pos[first + i] - base);
+    const auto [it, added] = groups.try_emplace(idx, static_cast<int32_t>(picks.idx.size()));
+    if (added) picks.idx.push_back(idx);
+    return it->second;
+  };
+  for (size_t f = 0; f < a.size(); f += kPickSlots) {
+    const auto [alo, ahi] = std::minmax_element(a.begin() + f, a.begin() + f + kPickSlots);
+    const auto [blo, bhi] = std::minmax_element(b.begin() + f, b.begin() + f + kPickSlots);
+    const int32_t base = std::min(*alo, *blo);
+    if (std::max(*ahi, *bhi) - base >= 128) return {};
+    picks.base.push_back(base);
+    picks.group[0].push_back(group(a, f, base));
+    picks.group[1].push_back(group(b, f, base));
+  }
+  return picks;
+}
+
+//! Whether every entry of `t` has 1 to kMaxBoxRows taps of weight > 0 and no index of one lies at
+//! or before an index of an earlier entry.
+bool own_rows(const AxisTaps& t) {
+  int32_t last = -1;
+  for (size_t e = 0; e * size_t(t.taps) < t.index.size(); ++e) {
+    int32_t n = 0, lo = INT32_MAX, hi = -1;
+    for (size_t k = e * size_t(t.taps); k < (e + 1) * size_t(t.taps); ++k) {
+      if (t.weight[k] == 0.f) continue;
+      ++n;
+      lo = std::min(lo, t.index[k]);
+      hi = std::max(hi, t.index[k]);
+    }
+    if (n == 0 || n > kMaxBoxRows || lo <= last) return false;
+    last = hi;
+  }
+  return true;
+}
+
 //! f > 1 when every entry of `t` is f consecutive samples, each entry starting f after the
 //! previous, all of one weight (INTER_AREA at an integer factor); else 0.
 int32_t box_factor(const AxisTaps& t) {
@@ -299,10 +347,8 @@ int32_t box_factor(const AxisTaps& t) {
 RowPlan make_row_plan(const ops::Chain::Params& p, ops::PixelFormat format, ops::ChromaUpsample upsample) {
   const ops::Resize::Params& r = p.resize;
   RowPlan plan;
-  plan.x = axis_taps(r.interp, std::clamp(p.off_x, 0, r.dst_w), std::clamp(p.off_x + p.store.width, 0, r.dst_w),
-                     r.scale_x, r.inv_scale_x, r.src_w);
-  plan.y = axis_taps(r.interp, std::clamp(p.off_y, 0, r.dst_h), std::clamp(p.off_y + p.store.height, 0, r.dst_h),
-                     r.scale_y, r.inv_scale_y, r.src_h);
+  plan.x = tap_table(r, false, std::clamp(p.off_x, 0, r.dst_w), std::clamp(p.off_x + p.store.width, 0, r.dst_w));
+  plan.y = tap_table(r, true, std::clamp(p.off_y, 0, r.dst_h), std::clamp(p.off_y + p.store.height, 0, r.dst_h));
   const bool pickable = (format == ops::PixelFormat::Nv12 || format == ops::PixelFormat::Yuv420p) &&
                         upsample == ops::ChromaUpsample::Nearest;
   const int32_t n = plan.x.hi - plan.x.lo, taps = plan.x.taps;
@@ -368,6 +414,7 @@ RowPlan make_row_plan(const ops::Chain::Params& p, ops::PixelFormat format, ops:
           ++m;
         }
       }
+      plan.box_rows = own_rows(plan.y);
     }
   }
   if (plan.box == 0) {
@@ -416,6 +463,18 @@ RowPlan make_row_plan(const ops::Chain::Params& p, ops::PixelFormat format, ops:
       }
       plan.picked = ok;
       if (!ok) plan.cols.resize(unique);
+      for (int par = 0; par < 2 && ok; ++par) {   // chroma bytes of cols: U, and V (NV12: the next byte)
+        std::vector<int32_t> u, v;
+        for (const int32_t c : plan.cols) {
+          const int32_t rel = (par + c) >> 1;
+          u.push_back(format == ops::PixelFormat::Nv12 ? 2 * rel : rel);
+          v.push_back(format == ops::PixelFormat::Nv12 ? 2 * rel + 1 : rel);
+        }
+        plan.vchroma[par] = make_vbmi_picks(u, v);
+        ok = !plan.vchroma[par].base.empty();
+      }
+      if (ok) plan.vluma = make_vbmi_picks(plan.cols, plan.cols);
+      if (plan.vluma.base.empty()) plan.vchroma[0] = plan.vchroma[1] = {};
     }
     if (!plan.tap_major) {
       for (int32_t& i : plan.x.index)   // the first occurrence: padding repeats the last column
@@ -576,10 +635,11 @@ void pick(const uint8_t* row, int32_t limit, const BytePicks& p, float* lo, floa
 //! Row y of an 8-bit YUV frame as the picks of a plan read it (crop x0): each plane's row pointer
 //! (at x0's column) and the bytes readable from it.
 struct PickedRow {
-  const uint8_t *y, *u, *v;
-  int32_t y_limit, c_limit, par;
-  bool nv12;   //!< u == v: the interleaved chroma row
+  const uint8_t *y = nullptr, *u = nullptr, *v = nullptr;
+  int32_t y_limit = 0, c_limit = 0, par = 0;
+  bool nv12 = false;   //!< u == v: the interleaved chroma row
 
+  PickedRow() = default;
   PickedRow(const ops::ImageView& img, int x0, int row) : par(x0 & 1), nv12(img.format == ops::PixelFormat::Nv12) {
     const int32_t cx0 = x0 >> 1, cw = (img.width + 1) >> 1;
     const int64_t cy = row >> 1;
@@ -616,6 +676,20 @@ struct BoxRow {
   const RowPlan& plan;
   ops::YuvToRgb::Params yuv;
   float *r, *g, *b;   //!< the sums, planar, one per output
+};
+
+//! The box path's vertical pass fused with its horizontal one (VBMI): the source rows of one output
+//! row, each with its weight, in Resize::sample's order (weight-0 rows, which add exactly +0, left
+//! out); rows on one chroma row are neighbours. r, g, b: the output row's sums, planar. `next`: the
+//! rows of the next output row, whose bytes under each block are fetched while the block is summed.
+struct BoxRows {
+  const RowPlan& plan;
+  ops::YuvToRgb::Params yuv;
+  float *r, *g, *b;
+  int n = 0, ahead = 0;
+  PickedRow row[kMaxBoxRows] = {};
+  float wy[kMaxBoxRows] = {};
+  PickedRow next[kMaxBoxRows] = {};
 };
 
 //! Box path blocks [b0, b1) of a row, any CPU: each block's samples gathered (a chroma plane per
@@ -799,84 +873,129 @@ void box_blocks(const BoxRow& a, int b0, int b1) {
 }
 
 //! box_blocks_avx512's pairs of blocks from [b0, b1), samples by byte permutes of 128-byte windows
-//! (plan.vbmi_*): the same operations per lane. F: plan.box and Q: the parity of the window's first
-//! chroma column, so the loops unroll, each tap's chroma plane is known (make_row_plan's cplane) and
-//! the chroma terms stay in registers. Returns the first block not done (b1 or b1 - 1).
+//! (plan.vbmi_*): the same operations per lane, and the vertical pass in registers: per output,
+//! 0 + s * wy, then + s * wy row by row (accumulate_row's sum; s: a row's horizontal sum), where
+//! 0 + x is x for the products here (>= +0, never NaN), as is 0 + c * w for s's first column. F:
+//! plan.box and Q: the parity of the window's first chroma column, so the loops unroll, each tap's
+//! chroma plane is known (make_row_plan's cplane) and the chroma terms stay in registers, once per
+//! chroma row. Returns the first block not done (b1 or b1 - 1).
 template <int F, int Q>
-[[gnu::target("avx512f,avx512bw,avx512dq,avx512vbmi")]] int box_blocks_vbmi(const BoxRow& a, int b0, int b1) {
+[[gnu::target("avx512f,avx512bw,avx512dq,avx512vbmi")]] int box_blocks_vbmi(const BoxRows& a, int b0, int b1) {
   using F16 = __m512;
   const RowPlan& plan = a.plan;
   constexpr int f = F;
   constexpr auto plane_of = [](int t) { return F % 2 == 0 ? (Q + t) >> 1 : t; };
   constexpr int planes = plane_of(F - 1) + 1;
-  const auto& iu = plan.vbmi_u[a.row.par];
-  const auto& iv = plan.vbmi_v[a.row.par];
+  const int par = a.row[0].par;
+  const bool nv12 = a.row[0].nv12;
+  const auto& iu = plan.vbmi_u[par];
+  const auto& iv = plan.vbmi_v[par];
   const ops::YuvToRgb::Params c = a.yuv;
   const F16 w = _mm512_set1_ps(plan.box_weight), zero = _mm512_setzero_ps(), top = _mm512_set1_ps(255.f);
-  const int32_t cbytes = a.row.nv12 ? 2 : 1;
+  const int32_t cbytes = nv12 ? 2 : 1;
   const __m512i y_off = _mm512_set1_epi8(static_cast<char>(static_cast<uint8_t>(c.y_off)));   // an integer
   int k = b0;
   for (; k + 1 < b1; k += 2) {
     const int32_t first = plan.c0 + f * kPickLanes * k;   // the pair's first column
-    const int32_t cbase = ((a.row.par + plan.c0) >> 1) + (first - plan.c0) / 2;   // its chroma column
-    __m512i ylo, yhi, ulo, uhi, vlo, vhi;
-    window128(a.row.u, cbytes * cbase, a.row.c_limit, ulo, uhi);
-    if (a.row.nv12) {
-      vlo = ulo;
-      vhi = uhi;
-    } else {
-      window128(a.row.v, cbase, a.row.c_limit, vlo, vhi);
+    const int32_t cbase = ((par + plan.c0) >> 1) + (first - plan.c0) / 2;   // its chroma column
+    for (int j = 0; j < a.ahead; ++j) {   // the pair's bytes (2 * 8 * F columns) in the next rows
+      const PickedRow& nr = a.next[j];
+      for (int32_t o = 0; o < 2 * kPickLanes * F; o += 64) _mm_prefetch(nr.y + first + o, _MM_HINT_T0);
+      _mm_prefetch(nr.y + first + 2 * kPickLanes * F - 1, _MM_HINT_T0);
+      if (j > 0 && nr.u == a.next[j - 1].u) continue;
+      for (int32_t o = 0; o < cbytes * kPickLanes * F; o += 64) {
+        _mm_prefetch(nr.u + cbytes * cbase + o, _MM_HINT_T0);
+        _mm_prefetch(nr.v + cbytes * cbase + o, _MM_HINT_T0);
+      }
     }
-    F16 rv[planes], gu[planes], gv[planes], bu[planes];
+    F16 ar = zero, ag = zero, ab = zero;
+    for (int j = 0; j < a.n;) {
+      const PickedRow& cr = a.row[j];
+      __m512i ulo, uhi, vlo, vhi;
+      window128(cr.u, cbytes * cbase, cr.c_limit, ulo, uhi);
+      if (nv12) {
+        vlo = ulo;
+        vhi = uhi;
+      } else {
+        window128(cr.v, cbase, cr.c_limit, vlo, vhi);
+      }
+      F16 rv[planes], gu[planes], gv[planes], bu[planes];
 #pragma GCC unroll 8
-    for (int m = 0; m < planes; ++m) {
-      const F16 cu = permute16(ulo, uhi, iu[size_t(m)]) - 128.f, cv = permute16(vlo, vhi, iv[size_t(m)]) - 128.f;
-      rv[m] = c.rv * cv;
-      gu[m] = c.gu * cu;
-      gv[m] = c.gv * cv;
-      bu[m] = c.bu * cu;
-    }
-    window128(a.row.y, first, a.row.y_limit, ylo, yhi);
-    ylo = _mm512_subs_epu8(ylo, y_off);   // float(max(l - y_off, 0)) == floor0(float(l) - y_off)
-    yhi = _mm512_subs_epu8(yhi, y_off);
-    F16 sr = zero, sg = zero, sb = zero;
+      for (int m = 0; m < planes; ++m) {
+        const F16 cu = permute16(ulo, uhi, iu[size_t(m)]) - 128.f, cv = permute16(vlo, vhi, iv[size_t(m)]) - 128.f;
+        rv[m] = c.rv * cv;
+        gu[m] = c.gu * cu;
+        gv[m] = c.gv * cv;
+        bu[m] = c.bu * cu;
+      }
+      do {   // the rows on this chroma row
+        const PickedRow& row = a.row[j];
+        __m512i ylo, yhi;
+        window128(row.y, first, row.y_limit, ylo, yhi);
+        ylo = _mm512_subs_epu8(ylo, y_off);   // float(max(l - y_off, 0)) == floor0(float(l) - y_off)
+        yhi = _mm512_subs_epu8(yhi, y_off);
+        F16 sr = zero, sg = zero, sb = zero;
 #pragma GCC unroll 8
-    for (int t = 0; t < f; ++t) {
-      const F16 yy = permute16(ylo, yhi, plan.vbmi_luma[size_t(t)]) * c.ky;
-      const int m = plane_of(t);
-      sr = sr + min16(top, max16(zero, yy + rv[m])) * w;
-      sg = sg + min16(top, max16(zero, yy + gu[m] + gv[m])) * w;
-      sb = sb + min16(top, max16(zero, yy + bu[m])) * w;
+        for (int t = 0; t < f; ++t) {
+          const F16 yy = permute16(ylo, yhi, plan.vbmi_luma[size_t(t)]) * c.ky;
+          const int m = plane_of(t);
+          const F16 pr = min16(top, max16(zero, yy + rv[m])) * w;
+          const F16 pg = min16(top, max16(zero, yy + gu[m] + gv[m])) * w;
+          const F16 pb = min16(top, max16(zero, yy + bu[m])) * w;
+          sr = t == 0 ? pr : sr + pr;
+          sg = t == 0 ? pg : sg + pg;
+          sb = t == 0 ? pb : sb + pb;
+        }
+        const F16 wy = _mm512_set1_ps(a.wy[j]);
+        ar = j == 0 ? sr * wy : ar + sr * wy;
+        ag = j == 0 ? sg * wy : ag + sg * wy;
+        ab = j == 0 ? sb * wy : ab + sb * wy;
+        ++j;
+      } while (j < a.n && a.row[j].u == cr.u);
     }
-    _mm512_storeu_ps(a.r + k * kPickLanes, sr);
-    _mm512_storeu_ps(a.g + k * kPickLanes, sg);
-    _mm512_storeu_ps(a.b + k * kPickLanes, sb);
+    _mm512_storeu_ps(a.r + k * kPickLanes, ar);
+    _mm512_storeu_ps(a.g + k * kPickLanes, ag);
+    _mm512_storeu_ps(a.b + k * kPickLanes, ab);
   }
   return k;
 }
 #endif
 
-//! The box path's horizontal pass of source row y into h: planar R, G, B of the resized columns the
-//! window shows (plan.stride floats each). Blocks whose shuffle windows would pass a row's end
-//! take box_blocks.
-void box_row(const ops::ImageView& img, const ops::YuvToRgb::Params& yuv, int x0, int y, const RowPlan& plan,
-             float* h) {
-  const int blocks = plan.stride / kPickLanes;
-  const BoxRow a{PickedRow(img, x0, y), plan, yuv, h, h + plan.stride, h + 2 * plan.stride};
-  int fast = 0;
+//! Whether box_blocks_vbmi runs for `plan` here: the CPU has VBMI, the plan its tables, and the
+//! luma offset is an integer byte (it subtracts it from bytes).
+bool box_vbmi_runs(const RowPlan& plan, const ops::YuvToRgb::Params& yuv) {
 #if defined(__x86_64__) && defined(__GNUC__)
-  int done = 0;
-  if (cpu_simd().vbmi && !plan.vbmi_luma.empty() && yuv.y_off >= 0.f && yuv.y_off <= 255.f &&
-      yuv.y_off == static_cast<float>(static_cast<int>(yuv.y_off))) {
-    using Blocks = int (*)(const BoxRow&, int, int);
-    constexpr Blocks kVbmi[][2] = {
-        {box_blocks_vbmi<2, 0>, box_blocks_vbmi<2, 1>}, {box_blocks_vbmi<3, 0>, box_blocks_vbmi<3, 1>},
-        {box_blocks_vbmi<4, 0>, box_blocks_vbmi<4, 1>}, {box_blocks_vbmi<5, 0>, box_blocks_vbmi<5, 1>},
-        {box_blocks_vbmi<6, 0>, box_blocks_vbmi<6, 1>}, {box_blocks_vbmi<7, 0>, box_blocks_vbmi<7, 1>}};
-    static_assert(std::size(kVbmi) == kMaxVbmiBox - 1);
-    done = fast = kVbmi[plan.box - 2][(a.row.par + plan.c0) & 1](a, 0, blocks);
-  }
-  if (cpu_simd().avx2) {   // window bases grow with the block: the blocks in the rows are a prefix
+  return cpu_simd().vbmi && !plan.vbmi_luma.empty() && yuv.y_off >= 0.f && yuv.y_off <= 255.f &&
+         yuv.y_off == static_cast<float>(static_cast<int>(yuv.y_off));
+#else
+  return false;
+#endif
+}
+
+//! box_blocks_vbmi for plan.box; returns the first block not done.
+int box_vbmi(const BoxRows& a, int blocks) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  using Blocks = int (*)(const BoxRows&, int, int);
+  constexpr Blocks kVbmi[][2] = {
+      {box_blocks_vbmi<2, 0>, box_blocks_vbmi<2, 1>}, {box_blocks_vbmi<3, 0>, box_blocks_vbmi<3, 1>},
+      {box_blocks_vbmi<4, 0>, box_blocks_vbmi<4, 1>}, {box_blocks_vbmi<5, 0>, box_blocks_vbmi<5, 1>},
+      {box_blocks_vbmi<6, 0>, box_blocks_vbmi<6, 1>}, {box_blocks_vbmi<7, 0>, box_blocks_vbmi<7, 1>}};
+  static_assert(std::size(kVbmi) == kMaxVbmiBox - 1);
+  return kVbmi[a.plan.box - 2][(a.row[0].par + a.plan.c0) & 1](a, 0, blocks);
+#else
+  (void)a;
+  (void)blocks;
+  return 0;
+#endif
+}
+
+//! Box path blocks [done, blocks) of one row: AVX-512 or AVX2 where their shuffle windows lie in the
+//! row (a prefix of the blocks: window bases grow with the block), box_blocks for the rest.
+void box_blocks_from(const BoxRow& a, int done, int blocks) {
+  int fast = done;
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (cpu_simd().avx2) {
+    const RowPlan& plan = a.plan;
     const int pairs = (plan.box + 1) / 2, planes = plan.cplanes[a.row.par];
     const int cblocks = a.row.nv12 ? planes : (planes + 1) / 2;
     const auto fits = [&](int k) {
@@ -895,6 +1014,81 @@ void box_row(const ops::ImageView& img, const ops::YuvToRgb::Params& yuv, int x0
   box_blocks(a, fast, blocks);
 }
 
+//! The box path's horizontal pass of source row y into h: planar R, G, B of the resized columns the
+//! window shows (plan.stride floats each). (VBMI: one row of weight 1, whose s * 1 is s.)
+void box_row(const ops::ImageView& img, const ops::YuvToRgb::Params& yuv, int x0, int y, const RowPlan& plan,
+             float* h) {
+  const int blocks = plan.stride / kPickLanes;
+  const BoxRow a{PickedRow(img, x0, y), plan, yuv, h, h + plan.stride, h + 2 * plan.stride};
+  int done = 0;
+  if (box_vbmi_runs(plan, yuv)) {
+    BoxRows rows{plan, yuv, a.r, a.g, a.b};
+    rows.row[0] = a.row;
+    rows.wy[0] = 1.f;
+    rows.n = 1;
+    done = box_vbmi(rows, blocks);
+  }
+  box_blocks_from(a, done, blocks);
+}
+
+//! The box path's output row for resized row entry e of plan.y (plan.box_rows, box_vbmi_runs):
+//! Resize::sample's sum over its rows of their horizontal sums, into sum (planar R, G, B,
+//! plan.stride floats apart), without a row cache: box_blocks_vbmi in registers, fetching entry
+//! `next`'s rows (-1: none) meanwhile; blocks it leaves take box_blocks_from per row into tmp
+//! (3 x plan.stride floats), summed as accumulate_row does.
+void box_sum_row(const ops::ImageView& img, const ops::YuvToRgb::Params& yuv, int x0, int y0, const RowPlan& plan,
+                 int e, int next, float* sum, float* tmp) {
+  const int blocks = plan.stride / kPickLanes, cs = plan.stride;
+  BoxRows rows{plan, yuv, sum, sum + cs, sum + 2 * cs};
+  for (int t = 0; t < plan.y.taps; ++t) {
+    const float wy = plan.y.weight[size_t(e + t)];
+    if (wy == 0.f) continue;   // would add exactly +0
+    rows.row[rows.n] = PickedRow(img, x0, y0 + plan.y.index[size_t(e + t)]);
+    rows.wy[rows.n++] = wy;
+  }
+  for (int t = 0; next >= 0 && t < plan.y.taps; ++t) {
+    if (plan.y.weight[size_t(next + t)] != 0.f)
+      rows.next[rows.ahead++] = PickedRow(img, x0, y0 + plan.y.index[size_t(next + t)]);
+  }
+  const int done = box_vbmi(rows, blocks);
+  for (int j = 0; j < rows.n && done < blocks; ++j) {
+    box_blocks_from(BoxRow{rows.row[j], plan, yuv, tmp, tmp + cs, tmp + 2 * cs}, done, blocks);
+    for (int c = 0; c < 3; ++c) {
+      float* acc = sum + c * cs;
+      const float* h = tmp + c * cs;
+      for (int i = done * kPickLanes; i < cs; ++i) acc[i] = j == 0 ? h[i] * rows.wy[j] : acc[i] + h[i] * rows.wy[j];
+    }
+  }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+//! gather_picked's samples of blocks [b0, b1) of plan.cols (16 columns each) by the plan's VBMI
+//! permutes, converted as yuv_to_rgb_avx2 converts them (YuvToRgb::apply's operations per lane, in
+//! its order), into r, g, b + 16 * b0 onwards: the planar pixels without the samples in memory.
+[[gnu::target("avx512f,avx512bw,avx512dq,avx512vbmi")]] void convert_vbmi(const PickedRow& row, const RowPlan& plan,
+                                                                         int b0, int b1, const ops::YuvToRgb::Params c,
+                                                                         float* r, float* g, float* b) {
+  using F16 = __m512;
+  const VbmiPicks& lp = plan.vluma;
+  const VbmiPicks& cp = plan.vchroma[row.par];
+  const F16 zero = _mm512_setzero_ps(), top = _mm512_set1_ps(255.f);
+  for (int k = b0; k < b1; ++k, r += kPickSlots, g += kPickSlots, b += kPickSlots) {
+    __m512i lo, hi;
+    window128(row.y, lp.base[size_t(k)], row.y_limit, lo, hi);
+    const F16 l = permute16(lo, hi, lp.idx[size_t(lp.group[0][size_t(k)])]);
+    window128(row.u, cp.base[size_t(k)], row.c_limit, lo, hi);
+    const F16 u = permute16(lo, hi, cp.idx[size_t(cp.group[0][size_t(k)])]);
+    if (!row.nv12) window128(row.v, cp.base[size_t(k)], row.c_limit, lo, hi);
+    const F16 v = permute16(lo, hi, cp.idx[size_t(cp.group[1][size_t(k)])]);
+    const F16 yy = max16(zero, l - c.y_off) * c.ky;
+    const F16 cu = u - 128.f, cv = v - 128.f;
+    _mm512_storeu_ps(r, min16(top, max16(zero, yy + c.rv * cv)));
+    _mm512_storeu_ps(g, min16(top, max16(zero, yy + c.gu * cu + c.gv * cv)));
+    _mm512_storeu_ps(b, min16(top, max16(zero, yy + c.bu * cu)));
+  }
+}
+#endif
+
 //! Converts source row y (frame coordinates) at columns x0 + plan.cols[i] to RGB pixels into out
 //! (planar R, G, B cols.size() floats apart where plan.stride > 0):
 //! FrameReader::rgb, with the samples gathered first (one run when the columns are dense) so the
@@ -907,6 +1101,10 @@ FF_ROW_LOOP void convert_row(const Reader& src, int x0, int y, const RowPlan& pl
     float* l = s.luma.data();
     float* u = s.cb.data();
     float* v = s.cr.data();
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (plan.stride > 0 && !plan.vluma.base.empty() && cpu_simd().vbmi)   // samples to pixels in registers
+      return convert_vbmi(PickedRow(src.img, x0, y), plan, 0, n / kPickSlots, src.color.yuv, out, out + n, out + 2 * n);
+#endif
     if (plan.picked) {
       gather_picked(src.img, x0, y, plan, l, u, v);
     } else if (plan.dense) {
@@ -1057,6 +1255,22 @@ T element(float v) {
   }
   for (; i < n; ++i) out[i] = ops::to_half_bits(in[i]);
 }
+
+//! to_half_run_f16c 16 at a time, of in[i] * mul + add where Affine (Normalize::apply, fused into
+//! the store): NaN values (unordered with themselves) become sign | 0x7e00.
+template <bool Affine>
+[[gnu::target("avx512f,avx512bw,avx512vl,f16c")]] void to_half_avx512(const float* in, float mul, float add,
+                                                                      uint16_t* out, int n) {
+  const __m256i sign = _mm256_set1_epi16(static_cast<int16_t>(0x8000)), qnan = _mm256_set1_epi16(0x7e00);
+  for (int i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n - i)) - 1);
+    __m512 v = _mm512_maskz_loadu_ps(m, in + i);
+    if constexpr (Affine) v = v * mul + add;
+    const __m256i h = _mm512_maskz_cvtps_ph(0xffff, v, _MM_FROUND_TO_NEAREST_INT);
+    const __m256i nan = _mm256_ternarylogic_epi32(h, sign, qnan, 0xEA);   // (h & sign) | qnan
+    _mm256_mask_storeu_epi16(out + i, m, _mm256_mask_mov_epi16(h, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), nan));
+  }
+}
 #endif
 
 void to_half_run(const float* in, uint16_t* out, int n) {
@@ -1065,15 +1279,49 @@ void to_half_run(const float* in, uint16_t* out, int n) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
   }();
+  if (cpu_simd().avx512) return to_half_avx512<false>(in, 0.f, 0.f, out, n);
   if (f16c) return to_half_run_f16c(in, out, n);
 #endif
   for (int i = 0; i < n; ++i) out[i] = ops::to_half_bits(in[i]);
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+//! store_row's HWC u8 store of three planes (output channel c from plane[c]) with AVX-512 VBMI, 16
+//! pixels at a time: Normalize::apply, saturate_u8 as its own operations per lane (MAXPS / MINPS
+//! with the value first give its v > 0 and v < 255 choices, NaN included), bytes interleaved by a
+//! permute.
+[[gnu::target("avx512f,avx512bw,avx512dq,avx512vbmi")]] void store_hwc_u8_vbmi(const float* const plane[3],
+                                                                              const ops::Normalize::Params& norm,
+                                                                              uint8_t* out, int w) {
+  alignas(64) static constexpr auto kOrder = [] {   // byte 3i + c from byte 16c + i
+    std::array<uint8_t, 64> idx{};
+    for (int i = 0; i < 16; ++i)
+      for (int c = 0; c < 3; ++c) idx[size_t(3 * i + c)] = static_cast<uint8_t>(16 * c + i);
+    return idx;
+  }();
+  const __m512i order = _mm512_load_si512(kOrder.data());
+  const __m512 zero = _mm512_setzero_ps(), top = _mm512_set1_ps(255.f), round = _mm512_set1_ps(0x1p23f);
+  for (int x = 0; x < w; x += 16) {
+    const int n = std::min(16, w - x);
+    const __mmask16 in = static_cast<__mmask16>((1u << n) - 1);
+    __m128i bytes[3];
+    for (int c = 0; c < 3; ++c) {
+      const __m512 v = _mm512_maskz_loadu_ps(in, plane[c] + x) * norm.mul[c] + norm.add[c];
+      const __m512 t = _mm512_maskz_min_ps(0xffff, _mm512_maskz_max_ps(0xffff, v, zero), top);
+      bytes[c] = _mm512_maskz_cvtepi32_epi8(0xffff, _mm512_maskz_cvttps_epi32(0xffff, (t + round) - round));
+    }
+    const __m512i rg = _mm512_inserti64x2(_mm512_castsi128_si512(bytes[0]), bytes[1], 1);
+    const __m512i all = _mm512_inserti64x2(rg, bytes[2], 2);
+    _mm512_mask_storeu_epi8(out + 3 * x, (1ull << (3 * n)) - 1, _mm512_maskz_permutexvar_epi8(~0ull, order, all));
+  }
+}
+#endif
+
 //! Channel order, normalize and store of one output row (pixels `line`, pad included; planar rows
 //! `stride` floats apart when Planar) into row y of the frame's tensor `frame`. Channels are
 //! compile-time, so each loop is one vectorised pass; f16 goes through `tmp` (3 x width floats) and
-//! to_half_run.
+//! to_half_run (planar rows into CHW: to_half_avx512 normalizes as it converts, where the CPU has
+//! AVX-512); planar RGB / BGR rows into HWC u8 take store_hwc_u8_vbmi where the CPU has VBMI.
 template <bool Planar, ops::Channels C, ops::DType D, ops::Layout L>
 FF_ROW_LOOP void store_row(const float* __restrict line, int stride, const ops::Chain::Params& p, std::byte* frame,
                            int y, float* __restrict tmp) {
@@ -1081,6 +1329,15 @@ FF_ROW_LOOP void store_row(const float* __restrict line, int stride, const ops::
   constexpr int channels = C == ops::Channels::Gray ? 1 : 3;
   const int w = p.store.width;
   const ops::Normalize::Params norm = p.norm;   // a copy the stores cannot alias
+#if defined(__x86_64__) && defined(__GNUC__)
+  if constexpr (Planar && C != ops::Channels::Gray && D == ops::DType::U8 && L == ops::Layout::Hwc) {
+    if (cpu_simd().vbmi) {
+      const bool bgr = C == ops::Channels::Bgr;
+      const float* const plane[3] = {line + (bgr ? 2 : 0) * stride, line + stride, line + (bgr ? 0 : 2) * stride};
+      return store_hwc_u8_vbmi(plane, norm, reinterpret_cast<uint8_t*>(frame) + int64_t(y) * w * 3, w);
+    }
+  }
+#endif
   const auto target = [&](int64_t offset) -> T* {
     if constexpr (D == ops::DType::F16) {
       return tmp;
@@ -1096,6 +1353,13 @@ FF_ROW_LOOP void store_row(const float* __restrict line, int stride, const ops::
       (
           [&] {
             const int64_t offset = (int64_t(c) * p.store.height + y) * w;
+#if defined(__x86_64__) && defined(__GNUC__)
+            if constexpr (D == ops::DType::F16 && Planar && C != ops::Channels::Gray) {   // a plane per channel
+              if (cpu_simd().avx512)
+                return to_half_avx512<true>(line + (C == ops::Channels::Bgr ? 2 - c : c) * stride, norm.mul[c],
+                                            norm.add[c], reinterpret_cast<uint16_t*>(frame) + offset, w);
+            }
+#endif
             T* __restrict out = target(offset);
             for (int x = 0; x < w; ++x)
               out[x] = element<D, T>(ops::Normalize::apply(channel<C, c, Planar>(line, stride, x), c, norm));
@@ -1204,6 +1468,7 @@ void run_band(const Reader& src, const ops::Chain::Params& p, const RowPlan& pla
     }
     return h;
   };
+  const bool box_rows = plan.box_rows && box_vbmi_runs(plan, src.color.yuv);
   float* line = s.line.data();
   int pad_row = -1;   // an all-pad row already stored in this band
   for (int y = y_begin; y < y_end; ++y) {
@@ -1228,11 +1493,16 @@ void run_band(const Reader& src, const ops::Chain::Params& p, const RowPlan& pla
           continue;
         }
         float* sum = s.sum.data();
-        std::fill(sum, sum + 3 * cs, 0.f);
-        for (int t = 0; t < plan.y.taps; ++t) {   // Resize::sample's sum over rows, in its order
-          const float wy = plan.y.weight[e + t];
-          if (wy == 0.f) continue;   // would add exactly +0
-          accumulate_row(sum, resampled_row(plan.y.index[e + t]), wy, 3 * cs);
+        if (box_rows) {
+          const int next = ry + 1 < plan.y.hi ? e + plan.y.taps : -1;
+          box_sum_row(src.img, src.color.yuv, p.resize.x0, p.resize.y0, plan, e, next, sum, s.cache.data());
+        } else {
+          std::fill(sum, sum + 3 * cs, 0.f);
+          for (int t = 0; t < plan.y.taps; ++t) {   // Resize::sample's sum over rows, in its order
+            const float wy = plan.y.weight[e + t];
+            if (wy == 0.f) continue;   // would add exactly +0
+            accumulate_row(sum, resampled_row(plan.y.index[e + t]), wy, 3 * cs);
+          }
         }
         if (visible == w) {
           store_planar(sum, cs, p, frame, y, s.tmp.data());
@@ -1257,6 +1527,22 @@ void run_band(const Reader& src, const ops::Chain::Params& p, const RowPlan& pla
     }
     store(line, 0, p, frame, y, s.tmp.data());
   }
+}
+
+//! Where output rows [y_begin, y_end) of `p` go in the order of work: the first frame row they
+//! read at setup's crop window (control may move it later; only the order depends on this), or for
+//! pad rows only the frame row at the same height, so that their stores spread among computed rows.
+int32_t band_position(const ops::Chain::Params& p, const RowPlan& plan, int32_t y_begin, int32_t y_end,
+                      int32_t frame_height) {
+  int32_t first = -1;
+  for (int32_t y = y_begin; y < y_end; ++y) {
+    const int32_t ry = y + p.off_y;
+    if (plan.x.hi == plan.x.lo || ry < plan.y.lo || ry >= plan.y.hi) continue;
+    const auto e = plan.y.index.begin() + int64_t(ry - plan.y.lo) * plan.y.taps;
+    const int32_t row = p.resize.y0 + *std::min_element(e, e + plan.y.taps);
+    first = first < 0 ? row : std::min(first, row);
+  }
+  return first >= 0 ? first : static_cast<int32_t>(int64_t(y_begin) * frame_height / p.store.height);
 }
 
 }  // namespace
@@ -1297,9 +1583,16 @@ void CpuExecutor::plan_rows() {
     cache = std::max(cache, size_t(plan.cache_rows) * size_t(plan.slot_px));
     held = std::max(held, size_t(plan.cache_rows));
     line = std::max(line, size_t(p.store.width));
-    for (int32_t y = 0; y < p.store.height; y += kBandRows)
-      bands_.push_back({static_cast<int32_t>(k), y, std::min(p.store.height, y + kBandRows)});
+    for (int32_t y = 0; y < p.store.height; y += kBandRows) {
+      const int32_t end = std::min(p.store.height, y + kBandRows);
+      bands_.push_back({static_cast<int32_t>(k), y, end, band_position(p, plan, y, end, frame_.height)});
+    }
   }
+  // Bands of all outputs in order of the source rows they start at: the rows one output's band
+  // reads are still in the caches when the other outputs' bands over them run (a 1080p NV12 frame
+  // is larger than a core's L2, so output after output re-read it from farther out), and runs of
+  // pad rows (stores only) are spread among them.
+  std::stable_sort(bands_.begin(), bands_.end(), [](const Band& a, const Band& b) { return a.source < b.source; });
   scratch_.assign(size_t(pool_.threads()), RowScratch{});
   for (RowScratch& s : scratch_) {
     for (auto* v : {&s.luma, &s.cb, &s.cr}) v->resize(src);

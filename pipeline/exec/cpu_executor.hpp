@@ -1,17 +1,20 @@
 #pragma once
 //! The fused chain on the CPU, evaluated row by row: each work item is a band of output rows of one
-//! output of one frame. Each source row a band reads is converted once (FrameReader's samples and
-//! YuvToRgb, only the columns some tap reads), resampled horizontally with setup-time tap tables
-//! (Resize's own taps; zero-weight taps, which add exactly +0, dropped), kept in a small row cache
-//! while output rows use it, blended vertically, then windowed, ordered, normalized and stored, in
-//! vectorised loops. 8-bit YUV with nearest chroma gathers its samples with byte shuffles (setup-time
-//! masks); downscales keep rows planar (R, G, B planes) from conversion to store; INTER_AREA at an
-//! integer factor converts and box-sums in one register pass (AVX2, AVX-512, AVX-512 VBMI byte
-//! permutes, chosen at run time; a portable loop elsewhere). The float operations and their order are
-//! Resize::sample's and Chain::pixel's, so every output element is bit-identical to Chain::pixel (the
-//! definition the CUDA kernel runs). With control, frames run one at a time: the rows of every output
-//! (control applied), then the frame's thumbnail and the statistics step (ControlEngine::measure,
-//! stats_step).
+//! output of one frame; the bands of all outputs run in order of the source rows they read, so a
+//! frame row comes from memory once for every output. Each source row a band reads is converted once
+//! (FrameReader's samples and YuvToRgb, only the columns some tap reads), resampled horizontally with
+//! setup-time tap tables (Resize's own taps; zero-weight taps, which add exactly +0, dropped), kept in
+//! a small row cache while output rows use it, blended vertically, then windowed, ordered, normalized
+//! and stored, in vectorised loops. 8-bit YUV with nearest chroma gathers its samples with byte
+//! shuffles (setup-time masks; AVX-512 VBMI byte permutes straight into converted pixels); downscales
+//! keep rows planar (R, G, B planes) from conversion to store; INTER_AREA at an integer factor
+//! converts and box-sums in one register pass (AVX2, AVX-512, AVX-512 VBMI byte permutes, chosen at
+//! run time; a portable loop elsewhere), with VBMI summing each output row's source rows in registers
+//! too (chroma terms once per chroma row, the next row's bytes fetched meanwhile). The float
+//! operations and their order are Resize::sample's and Chain::pixel's, so every output element is
+//! bit-identical to Chain::pixel (the definition the CUDA kernel runs). With control, frames run one
+//! at a time: the rows of every output (control applied), then the frame's thumbnail and the
+//! statistics step (ControlEngine::measure, stats_step).
 #include <condition_variable>
 #include <cstdint>
 #include <type_traits>
@@ -72,8 +75,10 @@ class CpuExecutor final : public Executor {
   std::optional<control::ControlRecord> control_record() const override;
 
  private:
+  //! Output rows [y_begin, y_end) of output `output`; `source`: its place in the order of work
+  //! (the first frame row they read).
   struct Band {
-    int32_t output, y_begin, y_end;
+    int32_t output, y_begin, y_end, source;
   };
 
   //! Row plans, bands and per-worker scratch for every output in params_ (allocates).
@@ -88,7 +93,7 @@ class CpuExecutor final : public Executor {
   ops::ColorParams color_{};
   std::vector<ops::Chain::Params> params_;
   std::vector<RowPlan> rows_;          //!< per entry of params_
-  std::vector<Band> bands_;            //!< the work items of one frame
+  std::vector<Band> bands_;            //!< the work items of one frame, by source row
   std::vector<RowScratch> scratch_;    //!< per pool worker
   std::optional<control::ControlEngine> control_;
 };

@@ -3,19 +3,22 @@
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "pipeline/error.hpp"
+#include "pipeline/exec/upload_kernel.hpp"
 
 namespace framefuse {
 
 namespace {
 
-//! A timing event; `blocking`: host waits sleep instead of spinning (many pipelines share the
-//! host's cores, and a wait for outputs is long next to the wake-up).
-cuda::Event make_slot_event(bool blocking = false) {
+//! An event, timed when `timing`; `blocking`: host waits sleep instead of spinning (many pipelines
+//! share the host's cores, and a wait for outputs is long next to the wake-up).
+cuda::Event make_slot_event(bool timing, bool blocking = false) {
   cudaEvent_t e{};
-  cuda::check(cudaEventCreateWithFlags(&e, blocking ? cudaEventBlockingSync : cudaEventDefault), "cudaEventCreate");
+  const unsigned flags = (timing ? cudaEventDefault : cudaEventDisableTiming) | (blocking ? cudaEventBlockingSync : 0);
+  cuda::check(cudaEventCreateWithFlags(&e, flags), "cudaEventCreate");
   return cuda::Event(e);
 }
 
@@ -72,6 +75,8 @@ void CudaExecutor::setup(const FrameInfo& frame, const ops::ColorParams& color, 
     plane_offsets_[size_t(i)] = frame_bytes_;
     frame_bytes_ = cuda::align_up(frame_bytes_ + size_t(s.row_bytes) * s.rows);
   }
+  const auto largest = ops::plane_shape(frame.format, frame.width, frame.height, 0);
+  upload_blocks_ = upload_blocks_per_job(size_t(largest.row_bytes) * largest.rows);
   out_bytes_.clear();
   out_offsets_.clear();
   size_t out_total = 0;
@@ -80,25 +85,25 @@ void CudaExecutor::setup(const FrameInfo& frame, const ops::ColorParams& color, 
     out_offsets_.push_back(out_total);
     out_total = cuda::align_up(out_total + p.bytes_per_frame * max_batch);
   }
-  copy_ = cuda::make_stream();
-  compute_ = cuda::make_stream();
+  stream_ = cuda::make_stream();
   ring_.clear();
   ring_.resize(size_t(options_.in_flight));
   oldest_ = 0;
+  const size_t jobs = size_t(ops::plane_count(frame.format)) * size_t(max_batch);
   for (Slot& slot : ring_) {
-    slot.input_begun = make_slot_event();
-    slot.input_ready = make_slot_event();
-    slot.compute_begun = make_slot_event();
-    slot.consumed = make_slot_event();
-    slot.ready = make_slot_event(true);
+    slot.input_ready = make_slot_event(false);
+    slot.begun = make_slot_event(true);
+    slot.times_input = make_slot_event(true);
+    slot.ready = make_slot_event(options_.record_times, true);
     slot.dev_in = {};   // on the first upload: pipelines decoding with NVDEC never need it
-    slot.dev_out = cuda::alloc_device(out_total);
-    slot.host_out = cuda::alloc_pinned(out_total);
+    slot.host_out = cuda::alloc_pinned(std::max<size_t>(out_total, 1));
+    slot.uploads = cuda::alloc_pinned(sizeof(UploadJob) * jobs);
+    std::memset(slot.uploads.as(), 0, slot.uploads.size());
     slot.frames.assign(size_t(max_batch), FrameSlot{});
   }
   setup_fused();
-  epoch_ = make_slot_event();
-  cuda::check(cudaEventRecord(epoch_, copy_), "cudaEventRecord");
+  epoch_ = make_slot_event(true);
+  cuda::check(cudaEventRecord(epoch_, stream_), "cudaEventRecord");
   cuda::check(cudaEventSynchronize(epoch_), "cudaEventSynchronize");
 }
 
@@ -106,8 +111,8 @@ void CudaExecutor::setup_fused() {
   for (Slot& slot : ring_) {
     slot.fused.setup(frame_, plans_, max_batch_);
     if (control_) control_->attach(slot.fused);
-    slot.dev_outs.clear();
-    for (const size_t offset : out_offsets_) slot.dev_outs.push_back(slot.dev_out.as() + offset);
+    slot.outs.clear();
+    for (const size_t offset : out_offsets_) slot.outs.push_back(slot.host_out.as() + offset);
   }
   capture_graphs();
 }
@@ -118,25 +123,27 @@ void CudaExecutor::capture_graphs() {
     slot.graphs.clear();
     slot.graphs.resize(size_t(max_batch_));
     for (int frames = 1; options_.graphs && frames <= max_batch_; ++frames) {
-      for (int attempt = 1;; ++attempt) {
-        try {
-          slot.graphs[size_t(frames - 1)] = cuda::capture_graph(
-              compute_, [&](cudaStream_t s) { enqueue_iteration(slot, frames, s, true); });
-          ++captures_;
-          break;
-        } catch (const DeviceError& e) {
-          // A device-wide call on another thread (a decoder's set-up, say) can invalidate a
-          // capture in progress; end it, clear the error and capture again.
-          cudaStreamCaptureStatus status{};
-          if (cudaStreamIsCapturing(compute_, &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
-            cudaGraph_t broken{};
-            if (cudaStreamEndCapture(compute_, &broken) == cudaSuccess && broken) cudaGraphDestroy(broken);
-          }
-          cudaGetLastError();
-          if (attempt == kAttempts) {   // this slot and batch size launch call by call instead
-            spdlog::warn("{}: graph capture failed {} times ({}); launching without a graph", name(), kAttempts,
-                         e.what());
+      for (const bool upload : {false, true}) {
+        for (int attempt = 1;; ++attempt) {
+          try {
+            slot.graphs[size_t(frames - 1)][upload] = cuda::capture_graph(
+                stream_, [&](cudaStream_t s) { enqueue_iteration(slot, frames, upload, s, true); });
+            ++captures_;
             break;
+          } catch (const DeviceError& e) {
+            // A device-wide call on another thread (a decoder's set-up, say) can invalidate a
+            // capture in progress; end it, clear the error and capture again.
+            cudaStreamCaptureStatus status{};
+            if (cudaStreamIsCapturing(stream_, &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
+              cudaGraph_t broken{};
+              if (cudaStreamEndCapture(stream_, &broken) == cudaSuccess && broken) cudaGraphDestroy(broken);
+            }
+            cudaGetLastError();
+            if (attempt == kAttempts) {   // this slot and batch size launch call by call instead
+              spdlog::warn("{}: graph capture failed {} times ({}); launching without a graph", name(), kAttempts,
+                           e.what());
+              break;
+            }
           }
         }
       }
@@ -151,7 +158,7 @@ void CudaExecutor::setup_control(const control::ControlParams& params) {
     throw ConfigError(name() + ": control was planned for other outputs or frames than setup()");
   drain();
   control::CudaControl control;
-  control.setup(params, compute_);
+  control.setup(params, stream_);
   control_ = std::move(control);
   setup_fused();
 }
@@ -173,14 +180,13 @@ void CudaExecutor::process_frames(std::span<const ops::ImageView> frames, std::s
   complete(outs);
 }
 
-void CudaExecutor::release_consumed() {
+void CudaExecutor::release_completed() {
   for (int i = 0; i < in_flight_; ++i) {
     Slot& slot = ring_[(oldest_ + size_t(i)) % ring_.size()];
     if (slot.owners.empty()) continue;
-    // Uploaded frames are free once copied; Device frames once the iteration is done.
-    const cudaError_t e = cudaEventQuery(slot.device_frames ? slot.ready : slot.input_ready);
+    const cudaError_t e = cudaEventQuery(slot.ready);
     if (e == cudaErrorNotReady) return;
-    cuda::check(e, "query inputs consumed");
+    cuda::check(e, "query iteration done");
     slot.owners.clear();
   }
 }
@@ -192,25 +198,25 @@ void CudaExecutor::submit(std::span<const ops::ImageView> frames, std::span<cons
     throw DeviceError(name() + fmt::format(": submit() with all {} slots in flight", options_.in_flight));
   if (frames.empty() || frames.size() > size_t(max_batch_))
     throw ConfigError(name() + fmt::format(": a batch of {} frames, set up for 1 to {}", frames.size(), max_batch_));
-  cuda::check(cudaSetDevice(device_), "cudaSetDevice");
-  release_consumed();
+  // cudaSetDevice costs ~0.35 us of host time on the H200 host even when nothing changes; the
+  // query is a thread-local read.
+  if (int current = -1; cudaGetDevice(&current) != cudaSuccess || current != device_)
+    cuda::check(cudaSetDevice(device_), "cudaSetDevice");
+  release_completed();
   Slot& slot = ring_[(oldest_ + size_t(in_flight_)) % ring_.size()];
 
-  slot.device_frames = false;
+  // The slot's previous iteration has completed (complete() waited for it): its job block and
+  // parameter staging are free to rewrite.
+  const int planes = ops::plane_count(frame_.format);
+  auto* const jobs = slot.uploads.as<UploadJob>();
   slot.uploaded = false;
-  for (const FrameMemory m : memory) (m == FrameMemory::Device ? slot.device_frames : slot.uploaded) = true;
-  if (!slot.uploaded) {
-    // FFmpeg's NVDEC copies its output on the legacy default stream: the iteration waits for it.
-    cuda::check(cudaEventRecord(slot.input_ready, cudaStreamLegacy), "cudaEventRecord");
-  } else if (slot.device_frames) {
-    cuda::check(cudaEventRecord(slot.input_begun, cudaStreamLegacy), "cudaEventRecord");
-    cuda::check(cudaStreamWaitEvent(copy_, slot.input_begun, 0), "cudaStreamWaitEvent");
-  } else {
-    cuda::check(cudaEventRecord(slot.input_begun, copy_), "cudaEventRecord");
-  }
+  bool device_frames = false;
   for (size_t b = 0; b < frames.size(); ++b) {
+    UploadJob* const job = jobs + b * size_t(planes);
+    for (int i = 0; i < planes; ++i) job[i].rows = 0;
     if (memory[b] == FrameMemory::Device) {
       slot.frames[b] = {frames[b], color_};
+      device_frames = true;
       continue;
     }
     // Host and Pinned frames go to frame b of the slot's dev_in, tightly packed.
@@ -220,47 +226,54 @@ void CudaExecutor::submit(std::span<const ops::ImageView> frames, std::span<cons
     view.width = frame_.width;
     view.height = frame_.height;
     view.format = frame_.format;
-    for (int i = 0; i < ops::plane_count(frame_.format); ++i) {
+    for (int i = 0; i < planes; ++i) {
       const auto s = ops::plane_shape(frame_.format, frame_.width, frame_.height, i);
-      std::byte* const plane = dev + plane_offsets_[size_t(i)];
-      cuda::check(cudaMemcpy2DAsync(plane, s.row_bytes, frames[b].data[i], frames[b].pitch[i], s.row_bytes, s.rows,
-                                    cudaMemcpyHostToDevice, copy_),
-                  "upload frame");
-      view.data[i] = reinterpret_cast<const uint8_t*>(plane);
+      auto* const plane = reinterpret_cast<uint8_t*>(dev + plane_offsets_[size_t(i)]);
+      if (memory[b] == FrameMemory::Pinned) {
+        job[i] = {frames[b].data[i], plane, frames[b].pitch[i], s.row_bytes, s.row_bytes, s.rows};
+        slot.uploaded = true;
+      } else {   // pageable: the driver stages it, before the iteration on the same stream
+        cuda::check(cudaMemcpy2DAsync(plane, s.row_bytes, frames[b].data[i], frames[b].pitch[i], s.row_bytes, s.rows,
+                                      cudaMemcpyHostToDevice, stream_),
+                    "upload frame");
+      }
+      view.data[i] = plane;
       view.pitch[i] = s.row_bytes;
     }
     slot.frames[b] = {view, color_};
   }
-  if (slot.uploaded) cuda::check(cudaEventRecord(slot.input_ready, copy_), "cudaEventRecord");
-  slot.fused.set_batch(std::span(slot.frames).first(frames.size()), slot.dev_outs);
+  slot.fused.set_batch(std::span(slot.frames).first(frames.size()), slot.outs);
   slot.batch = static_cast<int>(frames.size());
   slot.owners.assign(owners.begin(), owners.end());
 
-  cuda::check(cudaStreamWaitEvent(compute_, slot.input_ready, 0), "wait for the inputs");
-  if (const cuda::CapturedGraph& graph = slot.graphs[frames.size() - 1]; graph.exec) {
-    cuda::check(cudaGraphLaunch(graph.exec, compute_), "cudaGraphLaunch");
-  } else {
-    enqueue_iteration(slot, slot.batch, compute_, false);
+  if (device_frames) {   // FFmpeg's NVDEC copies its frames on the legacy stream
+    cuda::check(cudaEventRecord(slot.input_ready, cudaStreamLegacy), "cudaEventRecord");
+    cuda::check(cudaStreamWaitEvent(stream_, slot.input_ready, 0), "wait for the decoder's copies");
   }
-  cuda::check(cudaEventRecord(slot.ready, compute_), "cudaEventRecord");
+  if (const cuda::CapturedGraph& graph = slot.graphs[frames.size() - 1][slot.uploaded]; graph.exec) {
+    cuda::check(cudaGraphLaunch(graph.exec, stream_), "cudaGraphLaunch");
+  } else {
+    enqueue_iteration(slot, slot.batch, slot.uploaded, stream_, false);
+  }
   ++in_flight_;
 }
 
-void CudaExecutor::enqueue_iteration(const Slot& slot, int frames, cudaStream_t stream, bool capturing) const {
+void CudaExecutor::enqueue_iteration(const Slot& slot, int frames, bool upload, cudaStream_t stream,
+                                     bool capturing) const {
   const unsigned record = capturing ? cudaEventRecordExternal : cudaEventRecordDefault;
+  if (options_.record_times) cuda::check(cudaEventRecordWithFlags(slot.begun, stream, record), "cudaEventRecord");
+  if (upload)
+    cuda::check(launch_upload(slot.uploads.as<UploadJob>(), frames * ops::plane_count(frame_.format), upload_blocks_,
+                              stream),
+                "upload frames");
   if (options_.record_times)
-    cuda::check(cudaEventRecordWithFlags(slot.compute_begun, stream, record), "cudaEventRecord");
+    cuda::check(cudaEventRecordWithFlags(slot.times_input, stream, record), "cudaEventRecord");
   if (control_) {
     control_->run(slot.fused, frames, stream);
   } else {
     slot.fused.run(stream);
   }
-  if (options_.record_times) cuda::check(cudaEventRecordWithFlags(slot.consumed, stream, record), "cudaEventRecord");
-  for (size_t k = 0; k < out_bytes_.size(); ++k) {
-    cuda::check(cudaMemcpyAsync(slot.host_out.as() + out_offsets_[k], slot.dev_outs[k], out_bytes_[k] * size_t(frames),
-                                cudaMemcpyDeviceToHost, stream),
-                "download outputs");
-  }
+  cuda::check(cudaEventRecordWithFlags(slot.ready, stream, record), "cudaEventRecord");
 }
 
 Completion CudaExecutor::complete(std::span<std::byte* const> outs) {
@@ -273,16 +286,13 @@ Completion CudaExecutor::complete(std::span<std::byte* const> outs) {
   for (size_t k = 0; k < out_bytes_.size() && !outs.empty(); ++k)
     std::memcpy(outs[k], slot.host_out.as() + out_offsets_[k], out_bytes_[k] * size_t(slot.batch));
 
-  const cudaEvent_t start = slot.uploaded ? slot.input_begun.get() : slot.input_ready.get();
   Completion done;
-  if (const auto ms = elapsed_ms(start, slot.ready)) done.device_seconds = *ms * 1e-3;
   if (options_.record_times) {
+    if (const auto ms = elapsed_ms(slot.begun, slot.ready)) done.device_seconds = *ms * 1e-3;
     const auto at = [&](cudaEvent_t e) { return elapsed_ms(epoch_, e); };
-    const auto begin = at(start), input = at(slot.input_ready), compute = at(slot.compute_begun),
-               consumed = at(slot.consumed), ready = at(slot.ready);
+    const auto begin = at(slot.begun), input = at(slot.times_input), ready = at(slot.ready);
     last_times_.reset();
-    if (begin && input && compute && consumed && ready)
-      last_times_ = IterationTimes{slot.uploaded, *begin, *input, *compute, *consumed, *ready};
+    if (begin && input && ready) last_times_ = IterationTimes{slot.uploaded, *begin, *input, *ready};
   }
   return done;
 }

@@ -52,13 +52,23 @@ __device__ __forceinline__ void run_tile(const FusedLaunch& launch, int k, int b
     tx = col.taps;
     col_inside = col.inside != 0;
   }
+  // With control: this output's control in both parities (fused_control.hpp), picked below.
+  control::OutputControl controls[2];
+  int32_t frame_w = 0, frame_h = 0;
+  if (const control::FusedControl* c = launch.control) {
+    controls[0] = c->applied[0].out[k];
+    controls[1] = c->applied[1].out[k];
+    frame_w = c->applied[0].frame_w;
+    frame_h = c->applied[0].frame_h;
+  }
   wait_for_upload();
   const FusedParams& block = *launch.block;
   if (b >= block.num_frames) return;   // uniform per block
   const ops::FrameReader<F> src{block.frames[b].image, block.frames[b].color};
   // Frame b's tensor: Chain::pixel / emit then see batch frame 0 (the same addresses, fewer registers).
   p.store.data = static_cast<uint8_t*>(block.out[k]) + p.frame_stride * b;
-  if (launch.control) control::apply(*launch.control, b, k, p);
+  if (const control::FusedControl* c = launch.control)
+    control::apply(controls[control::launch_iteration(*c, b) & 1u], frame_w, frame_h, p);
 #pragma unroll
   for (int i = 0; i < R; ++i) {
     const int y = y0 + i * kBlockRows;
@@ -97,9 +107,7 @@ __global__ void __launch_bounds__(kBlockThreads, FF_FUSED_MIN_BLOCKS)
   if constexpr (M == kWithControl || M >= kControlFixed) {
     tile -= launch.stats_blocks;
     if (tile < 0) {   // uniform per block: pipeline/control/stats_blocks.cuh
-      wait_for_upload();
-      const FusedParams& block = *launch.block;
-      if (b < block.num_frames) control::stats_block<F>(*launch.control, block.frames[b], static_cast<int>(blockIdx.x));
+      control::stats_block<F>(*launch.control, launch.block, b, static_cast<int>(blockIdx.x), [] { wait_for_upload(); });
       return;
     }
   }
@@ -191,7 +199,9 @@ cudaError_t launch_fused(ops::PixelFormat format, int rows_per_thread, const Fus
     config.blockDim = dim3(kBlockThreads);
     config.stream = stream;
     config.attrs = &attr;
-    config.numAttrs = 1;
+    // With control only a batch's first launch overlaps the upload before it: the blocks of a later
+    // one read, before their wait, what the launch before it wrote (fused_control.hpp).
+    config.numAttrs = launch.control && first_frame > 0 ? 0 : 1;
     return cudaLaunchKernelEx(&config, kernel, launch, first_frame);
   });
 }

@@ -57,8 +57,8 @@ struct PipelineRunner::Impl {
   std::jthread decode_thread, process_thread, watchdog_thread;
 };
 
-PipelineRunner::PipelineRunner(PipelineSpec spec, DeviceSpec device, int cpu_threads)
-    : spec_(std::move(spec)), device_(device), cpu_threads_(cpu_threads),
+PipelineRunner::PipelineRunner(PipelineSpec spec, DeviceSpec device, int cpu_threads, BatchGroup* group)
+    : spec_(std::move(spec)), device_(device), cpu_threads_(cpu_threads), group_(group),
       impl_(std::make_unique<Impl>(static_cast<size_t>(spec_.queue_depth))) {}
 
 PipelineRunner::~PipelineRunner() {
@@ -253,6 +253,11 @@ void PipelineRunner::start() {
     });
   }
 
+  if (group_) {
+    impl_->process_thread = std::jthread([this, decode_pool = decode.pool] { forward_to_group(*decode_pool); });
+    return;
+  }
+
   // Process: (re)plan on the first frame and on any change of frame shape/format, submit frames
   // to the executor and hand completed outputs to the sink, in frame order. Up to the executor's
   // max_in_flight() frames are in flight while more are queued; when the queue is empty the oldest
@@ -330,17 +335,40 @@ void PipelineRunner::start() {
     } catch (const std::exception& e) {
       // A plan, device or sink failure ends this pipeline only; the source stops too. Frames in
       // flight are dropped once the executor is done with them (its destructor waits).
-      stats_.set_error(e.what());
-      stats_.set_state(SourceState::Failed);
-      spdlog::error("pipeline '{}': {}", spec_.name, e.what());
-      request_stop();
-      impl_->queue.close();
       for (size_t i = 0; i < in_flight.size(); ++i) stats_.drop(DropReason::ProcessError);
       executor.reset();
-      while (impl_->queue.pop()) stats_.drop(DropReason::ProcessError);
+      fail_processing(e.what());
     }
     done_.store(true, std::memory_order_release);
   });
+}
+
+void PipelineRunner::fail_processing(const std::string& error) {
+  stats_.set_error(error);
+  stats_.set_state(SourceState::Failed);
+  spdlog::error("pipeline '{}': {}", spec_.name, error);
+  request_stop();
+  impl_->queue.close();
+  while (impl_->queue.pop()) stats_.drop(DropReason::ProcessError);
+}
+
+void PipelineRunner::forward_to_group(const FramePool& pool) {
+  // The group plans, runs and writes the sink; this thread keeps the pipeline's order and its
+  // queue's policy (the decode thread's), and on its end waits for the group to deliver the rest.
+  try {
+    const std::unique_ptr<BatchGroup::Member> member = group_->attach(spec_, stats_);
+    while (std::optional<DecodedFrame> frame = impl_->queue.pop()) {
+      stats_.queue_depth.store(static_cast<int64_t>(impl_->queue.size()), std::memory_order_relaxed);
+      stats_.pool_in_use.store(pool.in_use(), std::memory_order_relaxed);
+      if (!member->push(std::move(*frame))) break;   // finish() says why
+    }
+    member->finish();
+    stats_.queue_depth.store(0, std::memory_order_relaxed);
+    stats_.pool_in_use.store(pool.in_use(), std::memory_order_relaxed);
+  } catch (const std::exception& e) {
+    fail_processing(e.what());
+  }
+  done_.store(true, std::memory_order_release);
 }
 
 }  // namespace framefuse

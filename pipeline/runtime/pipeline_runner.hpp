@@ -1,7 +1,9 @@
 #pragma once
 //! One running pipeline: a decode thread feeds a bounded queue, a process thread runs the fused
-//! chain on the pipeline's executor and hands outputs to the sink. Owns its threads (RAII): the
-//! destructor stops and joins. Errors stay inside the pipeline (state Failed), never in others.
+//! chain on the pipeline's executor and hands outputs to the sink, or, for a member of a batch
+//! group, hands its frames to the group (runtime/batch_group.hpp), which runs them and writes the
+//! pipeline's sink. Owns its threads (RAII): the destructor stops and joins. Errors stay inside the
+//! pipeline (state Failed), never in others.
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -12,6 +14,8 @@
 
 #include "pipeline/decode/decoded_frame.hpp"
 #include "pipeline/exec/executor.hpp"
+#include "pipeline/memory/frame_pool.hpp"
+#include "pipeline/runtime/batch_group.hpp"
 #include "pipeline/runtime/pipeline_stats.hpp"
 #include "pipeline/spec.hpp"
 
@@ -19,8 +23,9 @@ namespace framefuse {
 
 class PipelineRunner {
  public:
-  //! `device` is already resolved (Cpu or Cuda:N). Nothing starts until start().
-  PipelineRunner(PipelineSpec spec, DeviceSpec device, int cpu_threads = 0);
+  //! `device` is already resolved (Cpu or Cuda:N). Nothing starts until start(). With `group`
+  //! (which must outlive the runner, on the same device) the frames go through that group.
+  PipelineRunner(PipelineSpec spec, DeviceSpec device, int cpu_threads = 0, BatchGroup* group = nullptr);
   ~PipelineRunner();
   PipelineRunner(const PipelineRunner&) = delete;
   PipelineRunner& operator=(const PipelineRunner&) = delete;
@@ -44,9 +49,15 @@ class PipelineRunner {
   //! After executor.setup(): plans and enables the spec's control (if any) for `frame`, and tells
   //! the stats which outputs it reports.
   void setup_control(Executor& executor, const FrameInfo& frame, std::span<const OutputPlan> plans);
+  //! The process thread of a group member: queued frames to the group, in order, until the queue
+  //! closes; then waits for their delivery.
+  void forward_to_group(const FramePool& pool);
+  //! A failed process thread: the pipeline stops, its queued frames are dropped (ProcessError).
+  void fail_processing(const std::string& error);
   PipelineSpec spec_;
   DeviceSpec device_;
   int cpu_threads_;
+  BatchGroup* group_;
   PipelineStats stats_;
   std::unique_ptr<Impl> impl_;
   std::atomic<bool> done_{false};

@@ -128,7 +128,8 @@ TEST(Engine, GraphReplayEqualsStreamLaunchEqualsCpu) {
       CudaExecutor gpu(0, {.in_flight = in_flight, .graphs = graphs});
       gpu.setup(f.info, color, plans, 1);
       runs.push_back(run_all(f, gpu, plans));
-      EXPECT_EQ(gpu.captures(), graphs ? in_flight : 0) << "one capture per slot at setup, replayed after";
+      EXPECT_EQ(gpu.captures(), graphs ? 2 * in_flight : 0)
+          << "one capture per slot with and one without the upload at setup, replayed after";
       for (int i = 0; i < kFrames; ++i)
         for (size_t k = 0; k < plans.size(); ++k)
           EXPECT_TRUE(matches_cpu(runs.back().outputs[size_t(i)][k], ref.outputs[size_t(i)][k],
@@ -170,6 +171,48 @@ TEST(Engine, ControlRunsInFrameOrderInBothModes) {
     EXPECT_EQ(r.records.back()->iteration + 1, uint64_t(kFrames)) << "one control iteration per frame";
   }
   EXPECT_NE(runs[0].records.back()->out[0].gain, 1.f) << "auto_gain never moved: the test could not see order";
+}
+
+//! The upload kernel moves 16-byte words where every address, pitch and row length allows, else
+//! bytes: pinned frames of both kinds, in both modes, against the CPU executor.
+TEST(Engine, PinnedUploadsMatchTheCpuWithAlignedAndUnalignedRows) {
+  struct Case {
+    ops::PixelFormat format;
+    int32_t width, height, pad;
+    const char* what;
+  };
+  for (const Case c : {Case{ops::PixelFormat::Nv12, 1280, 720, 0, "nv12, 16-byte words"},
+                       Case{ops::PixelFormat::Yuv420p, 1280, 720, 0, "yuv420p, 16-byte words"},
+                       Case{ops::PixelFormat::Yuv420p, 642, 362, 0, "yuv420p, rows of 642 / 321 bytes"},
+                       Case{ops::PixelFormat::Nv12, 1280, 720, 3, "nv12, pitch + 3"}}) {
+    SCOPED_TRACE(c.what);
+    std::vector<HostImage> host;
+    std::vector<PinnedImage> pinned;
+    for (uint32_t i = 0; i < 3; ++i) {
+      host.push_back(random_image(c.format, c.width, c.height, 5200u + i, c.pad));
+      pinned.push_back(pin(host.back()));
+    }
+    const FrameInfo info = frame_info(host[0], ops::ColorMatrix::Bt709, ops::ColorRange::Limited);
+    const auto plans = plans_for(info);
+    const ops::ColorParams color = make_color_params(ColorSpec{}, info);
+    CpuExecutor cpu(0);
+    cpu.setup(info, color, plans, 1);
+    for (const bool graphs : {true, false}) {
+      CudaExecutor gpu(0, {.in_flight = 2, .graphs = graphs});
+      gpu.setup(info, color, plans, 1);
+      for (size_t i = 0; i < host.size(); ++i) {
+        auto ref = poisoned_outputs(plans, 1), got = poisoned_outputs(plans, 1);
+        const ops::ImageView host_view = host[i].view();
+        cpu.process({&host_view, 1}, pointers(ref));
+        constexpr FrameMemory kPinned = FrameMemory::Pinned;
+        gpu.submit({&pinned[i].view, 1}, {&kPinned, 1}, {});
+        gpu.complete(pointers(got));
+        for (size_t k = 0; k < plans.size(); ++k)
+          EXPECT_TRUE(matches_cpu(got[k], ref[k], plans[k].params.store.dtype))
+              << (graphs ? "graph" : "stream") << " frame " << i << " output " << plans[k].name;
+      }
+    }
+  }
 }
 
 TEST(Engine, FramesInFlightAtShutdownAreReleased) {
@@ -216,7 +259,7 @@ TEST(Engine, FramesAreReleasedOnceConsumedEvenBeforeTheyComplete) {
   const ops::ImageView view = f.view(2);
   const FrameMemory memory = Frames::memory(2);
   gpu.submit({&view, 1}, {&memory, 1}, {});
-  EXPECT_TRUE(owners[0].expired()) << "an uploaded frame is held after its upload completed";
+  EXPECT_TRUE(owners[0].expired()) << "an uploaded frame is held after its iteration completed";
   EXPECT_TRUE(owners[1].expired()) << "a device frame is held after its iteration completed";
   EXPECT_EQ(gpu.in_flight(), 3);
   while (gpu.in_flight() > 0) gpu.complete({});
@@ -243,7 +286,7 @@ TEST(Engine, ReSetupWithFramesInFlightDrainsAndRecaptures) {
   cpu.setup(f.info, color, plans, 1);
   const EngineRun ref = run_all(f, cpu, plans, true);
   const EngineRun got = run_all(f, gpu, plans);
-  EXPECT_EQ(gpu.captures(), 4) << "each setup captures once per slot";
+  EXPECT_EQ(gpu.captures(), 8) << "each setup captures twice per slot (with and without the upload)";
   for (int i = 0; i < kFrames; ++i)
     for (size_t k = 0; k < plans.size(); ++k)
       EXPECT_TRUE(matches_cpu(got.outputs[size_t(i)][k], ref.outputs[size_t(i)][k], plans[k].params.store.dtype))

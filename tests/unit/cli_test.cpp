@@ -117,7 +117,7 @@ using Counts = std::array<uint64_t, kLatencyBuckets.size() + 1>;
 TEST(BenchLatency, QuantileIsTheBucketUpperBound) {
   Counts c{};
   EXPECT_EQ(latency_quantile(c, 0.5), 0.0);   // empty histogram
-  // 100 observations: 50 in (1, 2] ms, 45 in (5, 10] ms, 4 in (50, 100] ms, 1 above 2 s.
+  // 100 observations: 50 in bucket 2, 45 in bucket 4, 4 in bucket 7, 1 above the last bound.
   c[2] = 50;
   c[4] = 45;
   c[7] = 4;

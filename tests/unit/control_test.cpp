@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -241,10 +242,12 @@ TEST(Stats, MatchDirectComputationOnTheThumbnail) {
   EXPECT_GT(s1.region[2].white_fraction, 0.1f);
 }
 
-TEST(Stats, PartialSumsMergedInAnyOrderEqualTheSequentialSums) {
-  // What a GPU block does: threads sum strided pixels privately, warps fold their lanes' sums
-  // field by field (for_each_field, as shuffles would), and warp totals merge() in whatever order
-  // they arrive. Integer sums: the result equals the one-pass CPU sums exactly.
+TEST(Stats, WarpTermSumsInAnyOrderEqualTheSequentialSums) {
+  // What a GPU statistics block does: warps of 32 consecutive thumbnail pixels sum each term of
+  // their lanes (sample_term, 0 outside the region) in 32 bits, warp totals are added in whatever
+  // order they arrive, add_terms() makes the sums. Integer sums: equal to the one-pass CPU sums,
+  // and no warp's term sum may exceed 32 bits. Luma spans the whole range (clamped at both ends),
+  // and a third of the pixels move, so every term is exercised at its largest.
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> luma(-0.1f, 1.1f);
   std::vector<uint16_t> cur(control::kThumbPixels), prev(control::kThumbPixels);
@@ -253,31 +256,33 @@ TEST(Stats, PartialSumsMergedInAnyOrderEqualTheSequentialSums) {
     prev[i] = i % 3 ? cur[i] : test::to_q(luma(rng));
   }
   const control::Region region = control::thumb_region(33, 10, 200, 150, kW, kH);
-  const auto sample = [&](int32_t t) {
+  control::RegionSums sequential{};
+  for (int32_t t = 0; t < control::pixel_count(region); ++t) {
     int32_t x, y;
     control::region_pixel(region, t, x, y);
-    return control::sample_pixel(cur[size_t(y) * control::kThumbW + x], prev[size_t(y) * control::kThumbW + x], true,
-                                 x, y);
-  };
-  control::RegionSums sequential{};
-  for (int32_t t = 0; t < control::pixel_count(region); ++t) control::add_sample(sequential, sample(t));
-
-  constexpr int kThreads = 96, kLanes = 32;
-  std::vector<control::RegionSums> lanes(kThreads, control::RegionSums{});
-  for (int32_t t = 0; t < control::pixel_count(region); ++t) control::add_sample(lanes[size_t(t % kThreads)], sample(t));
-  control::RegionSums total{};
-  const auto plus = [](uint64_t& d, uint64_t v) { d += v; };
-  for (int warp = kThreads / kLanes - 1; warp >= 0; --warp) {   // warps merge in reverse order
-    for (int off = kLanes / 2; off > 0; off /= 2) {                // shuffle-down tree
-      for (int l = 0; l < off; ++l) {
-        std::vector<uint64_t> from;
-        control::for_each_field(lanes[size_t(warp * kLanes + l + off)], [&](uint64_t& v) { from.push_back(v); });
-        size_t f = 0;
-        control::for_each_field(lanes[size_t(warp * kLanes + l)], [&](uint64_t& v) { v += from[f++]; });
-      }
-    }
-    control::merge(total, lanes[size_t(warp * kLanes)], plus);
+    const size_t i = size_t(y) * control::kThumbW + x;
+    control::add_sample(sequential, control::sample_pixel(cur[i], prev[i], true, x, y));
   }
+
+  constexpr int kLanes = 32, kWarps = control::kThumbPixels / kLanes;
+  std::vector<std::array<uint64_t, control::kTerms>> warps(kWarps);
+  for (int w = 0; w < kWarps; ++w) {
+    for (int k = 0; k < control::kTerms; ++k) {
+      uint64_t sum = 0;
+      for (int l = 0; l < kLanes; ++l) {
+        const int t = w * kLanes + l, x = t % control::kThumbW, y = t / control::kThumbW;
+        const control::PixelSample s = control::sample_pixel(cur[size_t(t)], prev[size_t(t)], true, x, y);
+        sum += control::sample_term(s, k, control::contains(region, x, y));
+      }
+      ASSERT_LE(sum, uint64_t{UINT32_MAX}) << "warp " << w << " term " << k;
+      warps[size_t(w)][size_t(k)] = sum;
+    }
+  }
+  std::array<uint64_t, control::kTerms> totals{};
+  for (int w = kWarps - 1; w >= 0; --w)   // warps arrive in reverse order
+    for (int k = 0; k < control::kTerms; ++k) totals[size_t(k)] += warps[size_t(w)][size_t(k)];
+  control::RegionSums total{};
+  control::add_terms(total, totals.data());
   EXPECT_EQ(std::memcmp(&total, &sequential, sizeof total), 0);
   EXPECT_EQ(total.pixels, uint64_t(control::pixel_count(region)));
   EXPECT_GT(total.moving, 0u);

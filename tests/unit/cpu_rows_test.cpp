@@ -4,7 +4,8 @@
 //! weights dropped), strong and mild down- and upscales, windows that pad, outputs taller than one
 //! band, batches, several threads, and control (auto_gain, roi_follow) moving windows and gains;
 //! the shuffle gathers and the integer-factor box path with both chroma parities, their scalar
-//! fallbacks (rows ending inside a window) and single weight-1 taps.
+//! fallbacks (rows ending inside a window) and single weight-1 taps; the box path's fused rows and
+//! the HWC u8 store.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -224,6 +225,36 @@ TEST(CpuRows, ShuffleGathersAndBoxPathsMatchPixels) {
        {crop(output("box2", 11, 4, Interp::Area, DType::F32, Layout::Chw), 1, 0, 22, 8),
         output("lin3", 7, 3, Interp::Linear, DType::F16, Layout::Hwc)},
        1, 1, 17u},
+  };
+  for (const Case& c : cases) expect_rows_equal_pixels(c);
+}
+
+// The box path sums an output row's source rows in registers (chroma terms once per chroma row)
+// where no source row serves two output rows; else (rows shared, or more than the fused pass holds)
+// it keeps the row cache. Planar rows into HWC u8 have a permute store (RGB and BGR, any width);
+// bands of all outputs run in order of the source rows they read.
+TEST(CpuRows, FusedBoxRowsAndStoresMatchPixels) {
+  const auto crop = [](OutputSpec s, int x, int y, int w, int h) {
+    s.crop = {double(x), double(y), double(w), double(h), false};
+    return s;
+  };
+  const std::vector<Case> cases = {
+      // 6x across with 10/3 rows down (rows shared by neighbours), 4x across with 20 rows down, a
+      // thumbnail-like 6x6 box in BGR HWC u8 of odd width, letterboxed, and 2x nearest into HWC u8
+      {PixelFormat::Nv12, 384, 120, ChromaUpsample::Nearest, ChromaLocation::Left,
+       {output("box6x3.3", 64, 36, Interp::Area, DType::F32, Layout::Chw),
+        output("box4x20", 96, 6, Interp::Area, DType::F16, Layout::Hwc),
+        crop(output("thumb37", 37, 20, Interp::Area, DType::U8, Layout::Hwc, ChannelOrder::Bgr, AspectMode::Letterbox),
+             3, 1, 222, 60),
+        output("near2", 192, 60, Interp::Nearest, DType::U8, Layout::Hwc)},
+       1, 1, 21u},
+      // odd crop rows (a box's first row on the second luma row of a chroma row), 5x5 and 3x3 boxes,
+      // three blocks of 8 outputs (the last one summed row by row), planar YUV, two threads
+      {PixelFormat::Yuv420p, 250, 91, ChromaUpsample::Nearest, ChromaLocation::Left,
+       {crop(output("box5", 20, 17, Interp::Area, DType::F32, Layout::Chw, ChannelOrder::Bgr), 5, 3, 100, 85),
+        crop(output("box3", 77, 29, Interp::Area, DType::U8, Layout::Hwc), 1, 1, 231, 87),
+        output("lin", 100, 40, Interp::Linear, DType::F16, Layout::Chw, ChannelOrder::Rgb, AspectMode::Letterbox)},
+       2, 2, 22u},
   };
   for (const Case& c : cases) expect_rows_equal_pixels(c);
 }

@@ -67,6 +67,12 @@ DaemonSnapshot with_gpus(DaemonSnapshot d) {
   return d;
 }
 
+//! `d` with two batch groups: one that ran 40 batches of 8 (256 frames), one before its first batch.
+DaemonSnapshot with_batch_groups(DaemonSnapshot d) {
+  d.batch_groups = {{"lobby", "cuda:0", 8, 40, 256, 7, 5, 4}, {"dock", "cpu", 4, 0, 0, 0, 0, 2}};
+  return d;
+}
+
 //! `p` with a control snapshot: two outputs, black raised, events on two conditions.
 PipelineSnapshot with_control(PipelineSnapshot p) {
   ControlSnapshot c;
@@ -229,19 +235,21 @@ TEST(StatusJson, ControlObjectOrNull) {
 TEST(Metrics, HistogramIsCumulativeWithSumAndCount) {
   const auto p = known_pipeline("lobby", 0);
   const std::string m = render_metrics(known_daemon(), std::span(&p, 1));
-  // Per-bucket counts are 10, 11, ..., 22 (last = +Inf): cumulative 10, 21, 33, ...
+  // Per-bucket counts are 10, 11, ..., 29 (last = +Inf): cumulative 10, 21, 33, ...
   uint64_t cumulative = 0;
-  const char* le[] = {"0.0005", "0.001", "0.002", "0.005", "0.01", "0.02", "0.05",
-                      "0.1",    "0.2",   "0.5",   "1",     "2",    "+Inf"};
+  const char* le[] = {"0.0001", "0.0002", "0.0003", "0.0005", "0.00075", "0.001", "0.0015",
+                      "0.002",  "0.005",  "0.01",   "0.02",   "0.05",    "0.1",   "0.2",
+                      "0.5",    "1",      "2",      "5",      "10",      "+Inf"};
+  ASSERT_EQ(std::size(le), p.latency_counts.size());
   for (size_t i = 0; i < p.latency_counts.size(); ++i) {
     cumulative += 10 + i;
     EXPECT_TRUE(has_line(m, std::string(R"(framefuse_decode_to_output_seconds_bucket{pipeline="lobby",le=")") +
                                 le[i] + "\"} " + std::to_string(cumulative)))
         << le[i] << "\n" << m;
   }
-  EXPECT_EQ(cumulative, 10u * 13 + 78);
+  EXPECT_EQ(cumulative, 10u * 20 + 190);
   EXPECT_TRUE(has_line(m, R"(framefuse_decode_to_output_seconds_sum{pipeline="lobby"} 1.75)")) << m;
-  EXPECT_TRUE(has_line(m, R"(framefuse_decode_to_output_seconds_count{pipeline="lobby"} 208)")) << m;
+  EXPECT_TRUE(has_line(m, R"(framefuse_decode_to_output_seconds_count{pipeline="lobby"} 390)")) << m;
   EXPECT_TRUE(has_line(m, "# TYPE framefuse_decode_to_output_seconds histogram")) << m;
 }
 
@@ -251,6 +259,32 @@ TEST(Metrics, AgeIsAbsentBeforeTheFirstFrame) {
   const std::string m = render_metrics(known_daemon(), std::span(&p, 1));
   EXPECT_EQ(m.find("framefuse_last_frame_age_seconds{"), std::string::npos) << m;
   EXPECT_TRUE(has_line(m, "# TYPE framefuse_last_frame_age_seconds gauge")) << m;
+}
+
+TEST(Metrics, BatchGroupFamiliesOnlyWithGroupsAndInStatus) {
+  const auto p = known_pipeline("lobby", 0);
+  const std::string m = render_metrics(with_batch_groups(known_daemon()), std::span(&p, 1));
+  for (const char* line : {"framefuse_batch_launches_total{group=\"lobby\"} 40",
+                           "framefuse_batch_frames_total{group=\"lobby\"} 256",
+                           "framefuse_batch_fill_ratio{group=\"lobby\"} 0.8",
+                           "framefuse_batch_wait_timeouts_total{group=\"lobby\"} 7",
+                           "framefuse_batch_max_frames{group=\"lobby\"} 8",
+                           "framefuse_batch_queue_depth{group=\"lobby\"} 5",
+                           "framefuse_batch_members{group=\"lobby\"} 4",
+                           "framefuse_batch_fill_ratio{group=\"dock\"} 0",
+                           "framefuse_batch_members{group=\"dock\"} 2",
+                           "# TYPE framefuse_batch_launches_total counter",
+                           "# TYPE framefuse_batch_fill_ratio gauge"})
+    EXPECT_TRUE(has_line(m, line)) << line << "\n" << m;
+  const std::string none = render_metrics(known_daemon(), std::span(&p, 1));
+  EXPECT_EQ(none.find("framefuse_batch_"), std::string::npos) << none;
+  const std::string j = render_status_json(with_batch_groups(known_daemon()), std::span(&p, 1));
+  EXPECT_NE(j.find(R"("batch_groups":[{"name":"lobby","device":"cuda:0","max_batch":8,"batches":40,"frames":256,)"
+                   R"("mean_fill":0.8,"wait_timeouts":7,"queue_depth":5,"members":4},{"name":"dock",)"),
+            std::string::npos)
+      << j;
+  EXPECT_NE(render_status_json(known_daemon(), std::span(&p, 1)).find(R"("batch_groups":[],"pipelines":[)"),
+            std::string::npos);
 }
 
 TEST(Metrics, LabelValuesAreEscaped) {
@@ -263,7 +297,7 @@ TEST(Metrics, LabelValuesAreEscaped) {
 //! and contiguously; counters end in _total; values parse as floats.
 TEST(Metrics, TextFormatIsWellFormed) {
   const PipelineSnapshot ps[] = {with_control(known_pipeline("lobby", 0)), known_pipeline("dock \"2\"", 50)};
-  const std::string m = render_metrics(with_gpus(known_daemon()), ps);
+  const std::string m = render_metrics(with_batch_groups(with_gpus(known_daemon())), ps);
   ASSERT_TRUE(m.ends_with("\n"));
   const std::regex help(R"(# HELP ([a-zA-Z_:][a-zA-Z0-9_:]*) \S.*)");
   const std::regex type(R"(# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|histogram))");
@@ -300,7 +334,7 @@ TEST(Metrics, TextFormatIsWellFormed) {
       ADD_FAILURE() << "not a valid exposition line: " << l;
     }
   }
-  EXPECT_EQ(types.size(), 21u + 2u + 10u);   // + the GPU and the control families
+  EXPECT_EQ(types.size(), 21u + 2u + 10u + 7u);   // + the GPU, control and batch group families
   EXPECT_GT(samples, 60u);
 }
 
@@ -309,7 +343,7 @@ TEST(Metrics, PromtoolAcceptsTheExposition) {
   const PipelineSnapshot ps[] = {with_control(known_pipeline("lobby", 0)), known_pipeline("dock", 50)};
   const auto path = std::filesystem::temp_directory_path() / ("framefuse_metrics_" + std::to_string(::getpid()) + ".prom");
   {
-    std::ofstream(path) << render_metrics(with_gpus(known_daemon()), ps);
+    std::ofstream(path) << render_metrics(with_batch_groups(with_gpus(known_daemon())), ps);
   }
   const auto out = path.string() + ".out";
   const int rc = std::system(("promtool check metrics < " + path.string() + " > " + out + " 2>&1").c_str());
