@@ -2,7 +2,6 @@
 
 #include <spdlog/fmt/fmt.h>
 #include <sys/resource.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -238,12 +237,6 @@ uint64_t decode_only(const BenchOptions& o, const DeviceSpec& device, PhaseResul
 }
 
 #if FRAMEFUSE_HAVE_CUDA
-double thread_cpu_us() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return 1e6 * double(t.tv_sec) + 1e-3 * double(t.tv_nsec);
-}
-
 double quantile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());

@@ -10,8 +10,6 @@
 //! Usage: control_bench [--samples N]
 #include <cuda_runtime_api.h>
 
-#include <time.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -23,7 +21,9 @@
 #include "pipeline/control/control_cuda.hpp"
 #include "pipeline/control/control_engine.hpp"
 #include "pipeline/exec/device.hpp"
+#include "pipeline/util/clock.hpp"
 #include "pipeline/workloads.hpp"
+#include "tests/bench/bench_stats.hpp"
 #include "tests/gpu/gpu_support.hpp"
 
 namespace framefuse::bench {
@@ -31,17 +31,6 @@ namespace {
 
 constexpr int kPoolFrames = 128;   //!< ~400 MB of NV12 on the device, past the 60 MB L2
 constexpr int kIters = 64;         //!< graph replays per timed sample
-
-double thread_cpu_us() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return double(t.tv_sec) * 1e6 + double(t.tv_nsec) * 1e-3;
-}
-
-double median(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
-}
 
 //! One batch-1 iteration on one pool frame: its fused launch, outputs and captured graph.
 struct Instance {

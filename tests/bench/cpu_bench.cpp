@@ -18,10 +18,13 @@
 
 #include "pipeline/workloads.hpp"
 #include "pipeline/exec/cpu_executor.hpp"
+#include "tests/bench/bench_stats.hpp"
 #include "tests/support/test_images.hpp"
 
 namespace framefuse {
 namespace {
+
+using bench::median;
 
 constexpr int kW = 1920, kH = 1080, kFrames = 4;
 constexpr float kMean[3] = {0.485f, 0.456f, 0.406f}, kStd[3] = {0.229f, 0.224f, 0.225f};
@@ -115,12 +118,6 @@ double max_diff_pixels(const Fused& ours, const OpenCvChain& theirs) {
     }
   }
   return worst;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
 }
 
 void run_compare(benchmark::State& state, Work work, int threads) {

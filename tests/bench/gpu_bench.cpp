@@ -26,6 +26,7 @@
 #include "pipeline/exec/device.hpp"
 #include "pipeline/fused/fused_kernel.hpp"
 #include "pipeline/fused/fused_preprocess.hpp"
+#include "tests/bench/bench_stats.hpp"
 #include "tests/bench/unfused_kernels.hpp"
 #include "tests/gpu/gpu_support.hpp"
 #include "pipeline/workloads.hpp"
@@ -92,8 +93,7 @@ double time_us(cudaStream_t stream, int samples, Fn&& launch) {
     cuda::check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
     us.push_back(1e3 * ms / kIters);
   }
-  std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
-  return us[us.size() / 2];
+  return median(std::move(us));
 }
 
 double copy_ceiling_gbps(cudaStream_t stream, int samples) {
@@ -111,8 +111,7 @@ double copy_ceiling_gbps(cudaStream_t stream, int samples) {
     cuda::check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
     if (s >= 2) gbps.push_back(2.0 * kBytes / (ms * 1e-3) / 1e9);
   }
-  std::nth_element(gbps.begin(), gbps.begin() + gbps.size() / 2, gbps.end());
-  return gbps[gbps.size() / 2];
+  return median(std::move(gbps));
 }
 
 //! One batch configuration: a FusedPreprocess with its frames and outputs, plus its graph and a
