@@ -112,7 +112,11 @@ void CudaExecutor::setup_fused() {
     slot.fused.setup(frame_, plans_, max_batch_);
     if (control_) control_->attach(slot.fused);
     slot.outs.clear();
-    for (const size_t offset : out_offsets_) slot.outs.push_back(slot.host_out.as() + offset);
+    slot.host_outs.clear();
+    for (const size_t offset : out_offsets_) {
+      slot.outs.push_back(slot.host_out.as() + offset);
+      slot.host_outs.push_back(slot.host_out.as() + offset);
+    }
   }
   capture_graphs();
 }
@@ -287,6 +291,7 @@ Completion CudaExecutor::complete(std::span<std::byte* const> outs) {
     std::memcpy(outs[k], slot.host_out.as() + out_offsets_[k], out_bytes_[k] * size_t(slot.batch));
 
   Completion done;
+  done.outputs = outs.empty() ? std::span<std::byte* const>(slot.host_outs) : outs;
   if (options_.record_times) {
     if (const auto ms = elapsed_ms(slot.begun, slot.ready)) done.device_seconds = *ms * 1e-3;
     const auto at = [&](cudaEvent_t e) { return elapsed_ms(epoch_, e); };

@@ -74,13 +74,15 @@ class CudaExecutor final : public Executor {
                       std::span<std::byte* const> outs) override;
   int max_in_flight() const override { return options_.in_flight; }
   int in_flight() const override { return in_flight_; }
+  //! The outputs stay in the completed slot's pinned buffer, where the kernels wrote them.
+  bool keeps_outputs() const override { return true; }
   //! Enqueues the batch in the next slot and returns; first drops the frames of earlier iterations
   //! that completed (an event query each while they hold frames, no wait). Throws DeviceError when
   //! every slot is in flight.
   void submit(std::span<const ops::ImageView> frames, std::span<const FrameMemory> memory,
               std::span<const std::shared_ptr<const void>> owners) override;
-  //! Waits for the oldest slot's `ready` event, copies its outputs out (none when `outs` is
-  //! empty: a caller that discards them), drops its frames. device_seconds only with
+  //! Waits for the oldest slot's `ready` event, drops its frames and copies its outputs into
+  //! `outs`; with no `outs`, Completion::outputs points into the slot's pinned buffer instead. device_seconds only with
   //! options.record_times (from the iteration's start; Host frames' copies not included).
   Completion complete(std::span<std::byte* const> outs) override;
   //! Attaches control to every slot's fused launch (waits for and discards iterations in
@@ -107,6 +109,7 @@ class CudaExecutor final : public Executor {
     FusedPreprocess fused;
     std::vector<FrameSlot> frames;                  //!< max_batch of them
     std::vector<void*> outs;                        //!< per fused output: its tensor of frame 0 (in host_out)
+    std::vector<std::byte*> host_outs;              //!< the same addresses, as complete() hands them out
     //! [batch size - 1][uploads]: captured iterations; an empty exec: launch call by call
     std::vector<std::array<cuda::CapturedGraph, 2>> graphs;
     std::vector<std::shared_ptr<const void>> owners;   //!< the frames of the iteration in flight

@@ -20,6 +20,10 @@ struct Completion {
   //! decoder's copy) to its outputs being in host memory, from device events; nullopt where the
   //! backend does not measure it (then only the caller's clock tells).
   std::optional<double> device_seconds;
+  //! Output k of the batch's frame 0 at outputs[k] (frame b at + b * bytes_per_frame): the
+  //! caller's `outs`, or, when complete() got none from a caller of an executor that keeps_outputs(),
+  //! the executor's own memory, valid until the next submit(). Empty when neither.
+  std::span<std::byte* const> outputs;
 };
 
 //! Runs every planned output of a pipeline over batches of decoded frames.
@@ -49,12 +53,16 @@ class Executor {
   }
   //! Asynchronous use, strictly in order: submit() starts a batch (as process_frames(), outputs
   //! kept by the executor) and returns; complete() waits for the OLDEST submitted batch, copies its
-  //! outputs into `outs` (as process()) and drops its `owners`. At most max_in_flight() batches may
+  //! outputs into `outs` (as process()), or with no `outs` where keeps_outputs() leaves them in
+  //! its own memory (Completion::outputs), and drops its `owners`. At most max_in_flight() batches may
   //! be submitted and not completed; call setup() and setup_control() with none in flight.
   //! `owners` keep the frames' memory alive (DecodedFrame::owner): the executor
   //! drops them once nothing reads the frames any more, at the latest in complete().
   //! The default is synchronous: submit() keeps the batch, complete() runs process_frames() on it.
   virtual int max_in_flight() const { return 1; }
+  //! Whether complete() can hand out the outputs in the executor's own memory (Completion::outputs)
+  //! instead of copying them into the caller's: call it with no `outs` then.
+  virtual bool keeps_outputs() const { return false; }
   virtual int in_flight() const { return pending_.active ? 1 : 0; }
   virtual void submit(std::span<const ops::ImageView> frames, std::span<const FrameMemory> memory,
                       std::span<const std::shared_ptr<const void>> owners) {
@@ -72,7 +80,7 @@ class Executor {
       ~Release() { batch.owners.clear(); }
     } release{pending_};
     process_frames(pending_.frames, pending_.memory, outs);
-    return {};
+    return {.device_seconds = std::nullopt, .outputs = outs};
   }
 
   //! Adds monitoring statistics and control loops (control/control_step.hpp) to the frames of the

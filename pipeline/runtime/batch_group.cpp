@@ -86,7 +86,7 @@ struct BatchGroup::Shared {
   std::unique_ptr<Executor> executor;
   std::optional<Setup> current;
   std::vector<OutputPlan> plans;
-  std::vector<std::vector<std::byte>> buffers;   //!< per output: max_batch frames
+  std::vector<std::vector<std::byte>> buffers;   //!< per output: max_batch frames, unless the executor keeps_outputs()
   std::vector<std::byte*> outs;
   std::vector<const std::byte*> sink_outs;
   std::deque<Batch> in_flight;
@@ -184,11 +184,11 @@ void BatchGroup::Shared::launch(std::vector<Waiting> batch) {
       if (!executor) executor = make_executor(device, cpu_threads);
       plans = make_output_plans(first, info);
       executor->setup(info, make_color_params(first.color, info), plans, spec.max_batch);
-      buffers.assign(plans.size(), {});
+      buffers.clear();
       outs.clear();
-      for (size_t k = 0; k < plans.size(); ++k) {
-        buffers[k].resize(plans[k].bytes_per_frame * size_t(spec.max_batch));
-        outs.push_back(buffers[k].data());
+      if (!executor->keeps_outputs()) {
+        for (const OutputPlan& p : plans)
+          outs.push_back(buffers.emplace_back(p.bytes_per_frame * size_t(spec.max_batch)).data());
       }
       sink_outs.resize(plans.size());
       current = Setup{info, first.outputs, first.color};
@@ -269,7 +269,7 @@ void BatchGroup::Shared::complete_oldest() {
         spdlog::info("pipeline '{}': {} frames in batch group '{}', {} output(s)", m.spec.name,
                      describe(current->frame), spec.name, plans.size());
       }
-      for (size_t k = 0; k < plans.size(); ++k) sink_outs[k] = outs[k] + i * plans[k].bytes_per_frame;
+      for (size_t k = 0; k < plans.size(); ++k) sink_outs[k] = done.outputs[k] + i * plans[k].bytes_per_frame;
       m.sink->write(s.index, sink_outs);
       m.stats.frames_processed.fetch_add(1, std::memory_order_relaxed);
       // As PipelineRunner: decode -> submit on the host, plus the device's time where it measures it.

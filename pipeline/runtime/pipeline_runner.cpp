@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <random>
@@ -271,7 +272,7 @@ void PipelineRunner::start() {
     std::unique_ptr<Executor> executor;
     std::unique_ptr<Sink> sink;
     std::vector<OutputPlan> plans;
-    std::vector<std::vector<std::byte>> buffers;
+    std::vector<std::vector<std::byte>> buffers;   //!< outputs, unless the executor keeps_outputs()
     std::vector<std::byte*> outs;
     std::vector<const std::byte*> sink_outs;
     std::optional<FrameInfo> current;
@@ -280,6 +281,7 @@ void PipelineRunner::start() {
       const Completion done = executor->complete(outs);
       const Submitted f = in_flight.front();
       in_flight.pop_front();
+      std::copy(done.outputs.begin(), done.outputs.end(), sink_outs.begin());
       sink->write(f.index, sink_outs);
       if (const auto record = executor->control_record()) {
         stats_.set_control(*record);
@@ -311,13 +313,12 @@ void PipelineRunner::start() {
           executor->setup(frame->info, make_color_params(spec_.color, frame->info), plans, 1);
           setup_control(*executor, frame->info, plans);
           sink = make_sink(spec_.sink, plans, spec_.name);
-          buffers.assign(plans.size(), {});
+          buffers.clear();
           outs.clear();
-          for (size_t k = 0; k < plans.size(); ++k) {
-            buffers[k].resize(plans[k].bytes_per_frame);
-            outs.push_back(buffers[k].data());
+          if (!executor->keeps_outputs()) {
+            for (const OutputPlan& p : plans) outs.push_back(buffers.emplace_back(p.bytes_per_frame).data());
           }
-          sink_outs.assign(outs.begin(), outs.end());
+          sink_outs.resize(plans.size());
           spdlog::info("pipeline '{}': {} frames on {}, {} output(s)", spec_.name, describe(frame->info),
                        executor->name(), plans.size());
           stats_.set_frame(describe(frame->info));
