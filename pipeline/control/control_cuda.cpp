@@ -3,6 +3,8 @@
 #include <cstring>
 #include <spdlog/fmt/fmt.h>
 
+#include "pipeline/fused/fused_kernel.hpp"
+
 namespace framefuse::control {
 
 void CudaControl::setup(const ControlParams& params, cudaStream_t stream) {
@@ -17,7 +19,7 @@ void CudaControl::setup(const ControlParams& params, cudaStream_t stream) {
   const size_t params_at = cuda::align_up(control_at + sizeof(FusedControl));
   const size_t block_at = cuda::align_up(params_at + sizeof(ControlParams));
   const size_t accum_at = cuda::align_up(block_at + sizeof(ControlBlock));
-  const size_t slots_at = cuda::align_up(accum_at + sizeof(TermAccum) * kMaxRegions);
+  const size_t slots_at = cuda::align_up(accum_at + sizeof(TermAccum) * 2 * kMaxRegions);
   const size_t previous_at = cuda::align_up(slots_at + sizeof(Slot) * size_t(params.depth));
   memory_ = cuda::alloc_device(previous_at + sizeof(uint16_t) * kThumbPixels);
   records_ = cuda::alloc_mapped(sizeof(PublishedRecord) * kRecordRing);
@@ -34,8 +36,11 @@ void CudaControl::setup(const ControlParams& params, cudaStream_t stream) {
   c.previous = reinterpret_cast<uint16_t*>(base + previous_at);
   c.accum = reinterpret_cast<TermAccum*>(base + accum_at);
   c.records = static_cast<PublishedRecord*>(records);
+  c.delay = params.delay;
+  c.depth = params.depth;
+  c.regions_n = num_regions(params);
   c.applied[0] = c.applied[1] = initial.state;
-  for (int r = 0; r < num_regions(params); ++r) c.regions[0][r] = stats_region(params, initial.state, r);
+  for (int r = 0; r < num_regions(params); ++r) c.regions[0][r] = c.regions[1][r] = stats_region(params, initial.state, r);
   control_ = reinterpret_cast<FusedControl*>(base + control_at);
   block_ = c.block;
   slots_ = c.slots;
@@ -50,13 +55,17 @@ void CudaControl::setup(const ControlParams& params, cudaStream_t stream) {
   cuda::check(cudaStreamSynchronize(stream), "control setup");   // `c` and `initial` are locals
 }
 
-void CudaControl::attach(FusedPreprocess& fused) const { fused.set_control(control_, kStatsBlocks); }
+void CudaControl::attach(FusedPreprocess& fused) const { fused.set_control(control_, control_blocks(params_)); }
 
 void CudaControl::run(const FusedPreprocess& fused, int frames, cudaStream_t stream) const {
   if (frames < 1 || frames > fused.max_batch())
     throw ConfigError(fmt::format("cuda control: {} frames, the batch holds 1..{}", frames, fused.max_batch()));
   fused.upload(stream);
   for (int b = 0; b < frames; ++b) fused.launch(b, 1, stream);
+}
+
+void CudaControl::flush(cudaStream_t stream) const {
+  if (closes_late(params_)) cuda::check(flush_fused_control(control_, stream), "close the open control iteration");
 }
 
 std::optional<ControlRecord> CudaControl::record() const {

@@ -11,6 +11,8 @@
 //!      iteration counter advances and control_step() runs the loops for iteration i + 1 on slot
 //!      (i + 1 - d) when i + 1 >= d (health also compares it with slot i - d).
 //! So the control of frame n depends on the statistics of frame n - d and nothing newer (d >= 1).
+//! On the GPU with d >= 2, step 3 of iteration i runs in the launch of frame i + 1 (its finisher
+//! block, fused_control.hpp), beside that frame's pass: the same values, one launch later.
 //! Everything here is POD and FF_HD; the host plans ControlParams (control_engine.hpp).
 #include <cstdint>
 
@@ -78,24 +80,31 @@ FF_HD float scene_distance(const Slot* observed, const Slot* before) {
   return observed && before ? hist_distance(observed->stats.region[0], before->stats.region[0]) : 0.f;
 }
 
+//! The parts of control_step() on the observed slot `s`, each updating its own words of `b`, so
+//! they may run in any order or at once: auto_gain of output k (< p.num_outputs), roi_follow, and
+//! health with the scene distance `distance`.
+FF_HD void step_auto_gain(const ControlParams& p, const Slot& s, int k, ControlBlock& b) {
+  if (!(p.loops & kLoopAutoGain) || !(p.auto_gain.outputs & (1u << k))) return;
+  b.state.out[k].gain = AutoGain::step(p.auto_gain, b.loops.integral[k], s.applied.out[k].gain,
+                                       s.stats.region[k + 1].mean, b.state.out[k].gain);
+}
+FF_HD void step_roi_follow(const ControlParams& p, const Slot& s, ControlBlock& b) {
+  if (!(p.loops & kLoopRoiFollow)) return;
+  OutputControl& o = b.state.out[p.roi_follow.output];
+  RoiFollow::step(p.roi_follow, b.loops.roi, s.stats.region[0]);
+  RoiFollow::offset(p.roi_follow, b.loops.roi, o.dx, o.dy);
+}
+FF_HD void step_health(const ControlParams& p, const Slot& s, float distance, ControlBlock& b) {
+  if (p.loops & kLoopHealth) Health::step(p.health, b.loops.health, s.stats.region[0], s.iteration > 0, distance);
+}
+
 //! The loops of iteration b.header.iteration on `observed` (observed_slot(); nothing when null),
 //! `distance` its scene_distance(): updates b.state, the control that iteration's outputs get.
 FF_HD void control_step(const ControlParams& p, const Slot* observed, float distance, ControlBlock& b) {
   if (!observed) return;
-  const Slot& s = *observed;
-  if (p.loops & kLoopAutoGain) {
-    for (int k = 0; k < p.num_outputs; ++k) {
-      if (!(p.auto_gain.outputs & (1u << k))) continue;
-      b.state.out[k].gain = AutoGain::step(p.auto_gain, b.loops.integral[k], s.applied.out[k].gain,
-                                           s.stats.region[k + 1].mean, b.state.out[k].gain);
-    }
-  }
-  if (p.loops & kLoopRoiFollow) {
-    OutputControl& o = b.state.out[p.roi_follow.output];
-    RoiFollow::step(p.roi_follow, b.loops.roi, s.stats.region[0]);
-    RoiFollow::offset(p.roi_follow, b.loops.roi, o.dx, o.dy);
-  }
-  if (p.loops & kLoopHealth) Health::step(p.health, b.loops.health, s.stats.region[0], s.iteration > 0, distance);
+  for (int k = 0; k < p.num_outputs; ++k) step_auto_gain(p, *observed, k, b);
+  step_roi_follow(p, *observed, b);
+  step_health(p, *observed, distance, b);
 }
 
 //! Thumbnail region r of the current frame: 0 the whole frame, k + 1 output k's window as the
@@ -133,24 +142,17 @@ struct ControlRecord {
   } out[kMaxOutputs];
 };
 
-//! The record of the iteration whose statistics slot `s` holds.
-FF_HD void make_record(const ControlParams& p, const Slot& s, const LoopState& loops, ControlRecord& r) {
-  const RegionStats& f = s.stats.region[0];
-  r.iteration = s.iteration;
-  r.num_outputs = p.num_outputs;
-  r.health_flags = loops.health.flags;
-  for (int c = 0; c < Health::kConditions; ++c) r.health_events[c] = loops.health.events[c];
-  r.mean_luma = f.mean;
-  r.variance = f.variance;
-  r.motion = f.motion;
-  r.black_fraction = f.black_fraction;
-  r.white_fraction = f.white_fraction;
-  r.scene_distance = loops.health.distance;
-  for (int k = 0; k < kMaxOutputs; ++k) {
+//! Part `part` of make_record(): 0 the frame's fields, 1 + k output k's. Parts write disjoint
+//! fields, so they may run at once.
+inline constexpr int kRecordParts = 1 + kMaxOutputs;
+FF_HD void make_record_part(const ControlParams& p, const Slot& s, const Health::State& health, int part,
+                            ControlRecord& r) {
+  if (part > 0) {
+    const int k = part - 1;
     ControlRecord::Output& o = r.out[k];
     if (k >= p.num_outputs) {
       o = {};
-      continue;
+      return;
     }
     const int32_t w = p.window[k][2], h = p.window[k][3];
     o.gain = s.applied.out[k].gain;
@@ -160,18 +162,41 @@ FF_HD void make_record(const ControlParams& p, const Slot& s, const LoopState& l
     o.y = moved_edge(p.window[k][1], s.applied.out[k].dy, h, p.frame_h);
     o.w = w;
     o.h = h;
+    return;
   }
+  const RegionStats& f = s.stats.region[0];
+  r.iteration = s.iteration;
+  r.num_outputs = p.num_outputs;
+  r.health_flags = health.flags;
+  for (int c = 0; c < Health::kConditions; ++c) r.health_events[c] = health.events[c];
+  r.mean_luma = f.mean;
+  r.variance = f.variance;
+  r.motion = f.motion;
+  r.black_fraction = f.black_fraction;
+  r.white_fraction = f.white_fraction;
+  r.scene_distance = health.distance;
+}
+
+//! The record of the iteration whose statistics slot `s` holds, `health` as the loops of that
+//! iteration left it.
+FF_HD void make_record(const ControlParams& p, const Slot& s, const Health::State& health, ControlRecord& r) {
+  for (int part = 0; part < kRecordParts; ++part) make_record_part(p, s, health, part, r);
+}
+
+//! Closes iteration i = h.iteration once `current` (its slot) holds its regions' statistics: the
+//! slot gets i and `used`, the state frame i's outputs got; the counter advances to i + 1.
+FF_HD void close_slot(const ControlParams& p, Slot& current, const ControlState& used, RingHeader& h) {
+  current.iteration = h.iteration;
+  current.applied = used;
+  current.stats.num_regions = num_regions(p);
+  ++h.iteration;
 }
 
 //! The first half of step 3 of iteration i = b.header.iteration, once `current` (current_slot())
-//! holds its regions' statistics: the slot gets the iteration and the state frame i used, `record`
-//! is made and the counter advances to i + 1.
+//! holds its regions' statistics: close_slot() with the state frame i used, then `record` is made.
 FF_HD void close_iteration(const ControlParams& p, Slot& current, ControlBlock& b, ControlRecord& record) {
-  current.iteration = b.header.iteration;
-  current.applied = b.state;
-  current.stats.num_regions = num_regions(p);
-  ++b.header.iteration;
-  make_record(p, current, b.loops, record);
+  close_slot(p, current, b.state, b.header);
+  make_record(p, current, b.loops.health, record);
 }
 
 //! All of step 3 in one thread (the CPU engine): close_iteration(), then control_step() for

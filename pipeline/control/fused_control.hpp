@@ -3,17 +3,25 @@
 //! stats_blocks.cuh runs it; CudaControl sets it up). POD, no CUDA types.
 //!
 //! Iteration i is one fused launch of one frame: its output blocks apply applied[i & 1]; its
-//! kStatsBlocks statistics blocks (the lowest block indices, so they overlap the output tiles)
-//! compute the thumbnail of the frame over regions[i & 1], compare it with the previous one and add
-//! their term sums into `accum` with atomics; the last of them to arrive (`ticket`) finalises the
-//! regions, runs the loops, publishes the record, advances the counter, writes applied and regions
-//! of iteration i + 1 (the other parity) and clears accum and ticket. Output blocks may start after
-//! that last block finished, so they never read the counter: launch b of a batch is iteration
-//! batch_first + b, batch_first being the counter as the parameter upload saw it before the batch.
-//! Statistics blocks read the counter itself (only the last of them rewrites it, after every one
-//! took its ticket). Blocks read before the upload's completion only what earlier launches wrote:
-//! only a batch's first launch overlaps the upload (programmatic dependent launch), later ones
-//! start after the launch before them completed.
+//! kStatsBlocks statistics blocks (the lowest block indices after the finisher, so they overlap
+//! the output tiles) compute the thumbnail of the frame over regions[i & 1], compare it with the
+//! previous one and add their term sums into the accumulators of parity i & 1 with atomics. Launch
+//! b of a batch is iteration batch_first + b, batch_first being `launches` as the parameter upload
+//! saw it before the batch (the upload advances it). Where the iteration ends depends on d:
+//! - d = 1 (the loops of i + 1 need frame i's statistics): the last statistics block to arrive
+//!   (`ticket`) finalises the regions, runs the loops, publishes the record, advances the block's
+//!   counter, writes applied and regions of iteration i + 1 (the other parity) and clears the
+//!   accumulators and the ticket. Statistics blocks read the counter before the upload completes
+//!   (only the last of them rewrites it, after every one took its ticket).
+//! - d >= 2 (closes_late()): nothing in launch i waits for frame i's statistics. Its finisher block
+//!   (block 0, which never waits for the upload) closes iteration i - 1 from the accumulators launch
+//!   i - 1 left (slot, record), then runs the loops of iteration i + 1 on slot i + 1 - d <= i - 1
+//!   and writes applied and regions of i + 1. The host sees each record one launch later;
+//!   CudaControl::flush() closes the last launch's iteration.
+//! Blocks read before the upload's completion only what earlier launches wrote: only a batch's
+//! first launch overlaps the upload (programmatic dependent launch), later ones start after the
+//! launch before them completed. Output and statistics blocks fetch both parities before the wait
+//! (the one a finisher rewrites meanwhile is never used).
 #include <cstdint>
 
 #include "pipeline/control/control_step.hpp"
@@ -56,22 +64,42 @@ struct TermAccum {
   uint32_t hist[kHistBins];
 };
 
+//! Whether iterations end in the next launch's finisher block (d >= 2) instead of in their own.
+FF_HD bool closes_late(const ControlParams& p) { return p.delay >= 2; }
+
+//! Blocks of a fused launch before its output tiles: the finisher when closes_late(), then the
+//! statistics blocks.
+FF_HD int32_t control_blocks(const ControlParams& p) { return kStatsBlocks + (closes_late(p) ? 1 : 0); }
+
 //! Device memory of one pipeline's control.
 struct FusedControl {
   const ControlParams* params;
-  ControlBlock* block;         //!< header (iteration counter), state, loop memory: the last block's
+  ControlBlock* block;         //!< header (counter of closed iterations), state, loop memory
   Slot* slots;                 //!< params->depth slots
   uint16_t* previous;          //!< kThumbPixels: the previous frame's thumbnail, rewritten in place
-  TermAccum* accum;            //!< kMaxRegions accumulators of the running iteration, zero between
+  TermAccum* accum;            //!< 2 x kMaxRegions: iteration i adds into accum[(i & 1) * kMaxRegions + r],
+                               //!< zero until the iteration is closed
   PublishedRecord* records;    //!< kRecordRing entries of mapped pinned host memory
-  uint32_t ticket;             //!< statistics blocks of the running iteration that finished
+  uint32_t ticket;             //!< d = 1: statistics blocks of the running iteration that finished
+  uint64_t launches;           //!< iterations begun (the parameter upload advances it per batch)
   uint64_t batch_first;        //!< iteration of the current batch's frame 0
+  uint64_t finisher_next;      //!< closes_late(): the iteration of the next finisher's launch
+  int32_t delay, depth, regions_n;   //!< params->delay, depth and num_regions(*params), for the
+                                     //!< finisher one memory round trip earlier
+  Health::State reported;      //!< closes_late(): health after the loops of iteration finisher_next - 1,
+                               //!< which the record of that iteration carries
   ControlState applied[2];     //!< iteration i's outputs apply applied[i & 1]
   Region regions[2][kMaxRegions];   //!< iteration i's statistics regions (stats_region())
 };
 
-//! What the parameter upload does before a batch: batch_first = the iteration counter.
-FF_HD void begin_batch(FusedControl& c) { c.batch_first = c.block->header.iteration; }
+//! The accumulators of iteration i's regions.
+FF_HD TermAccum* iteration_accum(const FusedControl& c, uint64_t i) { return c.accum + (i & 1u) * kMaxRegions; }
+
+//! What the parameter upload does before a batch of `frames` launches.
+FF_HD void begin_batch(FusedControl& c, int frames) {
+  c.batch_first = c.launches;
+  c.launches += uint64_t(frames);
+}
 
 //! The iteration of launch `frame` of the current batch (read once the upload is visible).
 FF_HD uint64_t launch_iteration(const FusedControl& c, int frame) { return c.batch_first + uint64_t(frame); }

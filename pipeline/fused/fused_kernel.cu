@@ -86,9 +86,10 @@ __device__ __forceinline__ void run_tile(const FusedLaunch& launch, int k, int b
   }
 }
 
-constexpr int kOnlyFixed = -1, kAnyVariant = -2, kWithControl = -3;   //!< fused_kernel's M
+constexpr int kOnlyFixed = -1, kAnyVariant = -2, kWithControl = -3, kControlOnlyFixed = -4;   //!< fused_kernel's M
 //! M = kControlFixed + v: with control, every output fixed store v (0 .. kNumFixedStores - 1).
 constexpr int kControlFixed = 16;
+constexpr bool with_control(int m) { return m == kWithControl || m == kControlOnlyFixed || m >= kControlFixed; }
 
 //! One block = one tile of one output of one frame (first_frame + blockIdx.y); a block finds its
 //! output and tile from the by-value launch data alone. Each thread computes R pixels of its
@@ -97,17 +98,18 @@ constexpr int kControlFixed = 16;
 //! M, the variants an instantiation compiles (fewer: fewer registers, no spills; sm_90 at 40
 //! registers, 4 rows per thread: any variant spills ~1 KB, one fixed store none): one fixed store
 //! (0 .. kNumFixedStores - 1), any fixed store, any variant, or with control (launch.control set)
-//! any variant or one fixed store: blocks below launch.stats_blocks then compute the control
-//! statistics.
+//! any variant, any fixed store or one fixed store: blocks below launch.stats_blocks then run the
+//! control (finisher and statistics).
 template <ops::PixelFormat F, int R, int M>
 __global__ void __launch_bounds__(kBlockThreads, FF_FUSED_MIN_BLOCKS)
     fused_kernel(const __grid_constant__ FusedLaunch launch, int first_frame) {
   const int b = first_frame + static_cast<int>(blockIdx.y);
   int tile = static_cast<int>(blockIdx.x);
-  if constexpr (M == kWithControl || M >= kControlFixed) {
+  if constexpr (with_control(M)) {
     tile -= launch.stats_blocks;
     if (tile < 0) {   // uniform per block: pipeline/control/stats_blocks.cuh
-      control::stats_block<F>(*launch.control, launch.block, b, static_cast<int>(blockIdx.x), [] { wait_for_upload(); });
+      control::control_block<F>(*launch.control, launch.block, b, static_cast<int>(blockIdx.x), launch.stats_blocks,
+                                [] { wait_for_upload(); });
       return;
     }
   }
@@ -134,14 +136,21 @@ static_assert(kNumFixedStores == 3, "fused_kernel's switch lists the fixed store
 
 //! Copies the parameter block from pinned host memory (device-readable under UVA) to its device
 //! copy: one block, 16-byte words, so the read crosses the bus once; with `control`, also starts
-//! its batch (control::begin_batch). Lets the fused kernel after it start at once (it waits for
-//! this kernel's completion before reading the block).
+//! its batch of the block's num_frames launches (control::begin_batch). Lets the fused kernel after
+//! it start at once (it waits for this kernel's completion before reading the block).
 __global__ void __launch_bounds__(kStageThreads) stage_params(const uint4* __restrict__ host,
                                                               uint4* __restrict__ device, int words,
                                                               control::FusedControl* control) {
   let_dependents_start();
   for (int i = static_cast<int>(threadIdx.x); i < words; i += kStageThreads) device[i] = host[i];
-  if (control && threadIdx.x == 0) control::begin_batch(*control);
+  if (!control) return;
+  __syncthreads();
+  if (threadIdx.x == 0) control::begin_batch(*control, reinterpret_cast<const FusedParams*>(device)->num_frames);
+}
+
+//! One block: closes the iteration a d >= 2 control left open (control::detail::finish_late).
+__global__ void __launch_bounds__(control::kStatsThreads) flush_control(control::FusedControl* control) {
+  control::detail::finish_late(*control, false);
 }
 
 //! The narrowest instantiation (fused_kernel's M) that computes every output of `launch`.
@@ -152,7 +161,7 @@ int kernel_variants(const FusedLaunch& launch) {
     fixed = fixed && launch.outputs[k].variant < kNumFixedStores;
   }
   const int m = !fixed ? kAnyVariant : same ? launch.outputs[0].variant : kOnlyFixed;
-  if (launch.control) return m >= 0 ? kControlFixed + m : kWithControl;
+  if (launch.control) return m >= 0 ? kControlFixed + m : m == kOnlyFixed ? kControlOnlyFixed : kWithControl;
   return m;
 }
 
@@ -169,6 +178,7 @@ cudaError_t with_kernel(ops::PixelFormat format, int rows_per_thread, int varian
         case 2: return fn(fused_kernel<F, R, 2>);
         case kOnlyFixed: return fn(fused_kernel<F, R, kOnlyFixed>);
         case kWithControl: return fn(fused_kernel<F, R, kWithControl>);
+        case kControlOnlyFixed: return fn(fused_kernel<F, R, kControlOnlyFixed>);
         case kControlFixed + 0: return fn(fused_kernel<F, R, kControlFixed + 0>);
         case kControlFixed + 1: return fn(fused_kernel<F, R, kControlFixed + 1>);
         case kControlFixed + 2: return fn(fused_kernel<F, R, kControlFixed + 2>);
@@ -211,6 +221,11 @@ cudaError_t stage_fused_params(const void* host, void* device, size_t bytes, con
   if (bytes == 0 || bytes % 16 != 0) return cudaErrorInvalidValue;
   stage_params<<<1, kStageThreads, 0, stream>>>(static_cast<const uint4*>(host), static_cast<uint4*>(device),
                                                 static_cast<int>(bytes / 16), control);
+  return cudaGetLastError();
+}
+
+cudaError_t flush_fused_control(control::FusedControl* control, cudaStream_t stream) {
+  flush_control<<<1, control::kStatsThreads, 0, stream>>>(control);
   return cudaGetLastError();
 }
 

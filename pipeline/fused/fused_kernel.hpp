@@ -9,7 +9,7 @@ namespace framefuse {
 //! Enqueues one launch on `stream` with `launch` as its by-value parameter, reading the per-call
 //! block launch.block (device memory, valid until the kernel ran), tiled by tile_outputs(launch,
 //! rows_per_thread) (one of kRowsPerThreadChoices), for batch frames [first_frame, first_frame +
-//! frames). Grid: launch.stats_blocks control statistics blocks, then launch.tile_begin[kMaxOutputs]
+//! frames). Grid: launch.stats_blocks control blocks (finisher and statistics), then launch.tile_begin[kMaxOutputs]
 //! blocks (all outputs), x `frames`; frames >=
 //! block->num_frames exit. A programmatic dependent launch (sm_90): its blocks start while the
 //! kernel before it on `stream` (the upload) still runs, read only `launch` and the tap tables, and
@@ -25,6 +25,10 @@ cudaError_t launch_fused(ops::PixelFormat format, int rows_per_thread, const Fus
 //! null): the pipeline's control, whose batch the upload starts (control::begin_batch).
 cudaError_t stage_fused_params(const void* host, void* device, size_t bytes, control::FusedControl* control,
                                cudaStream_t stream);
+
+//! Enqueues, on `stream`, one small kernel that closes the iteration a d >= 2 `control` (device)
+//! left open for the next launch (pipeline/control/fused_control.hpp); nothing when none is.
+cudaError_t flush_fused_control(control::FusedControl* control, cudaStream_t stream);
 
 //! Blocks of the kernel for `format` / `rows_per_thread` resident at once on one multiprocessor of
 //! the current device (cudaOccupancyMaxActiveBlocksPerMultiprocessor). Host query, for setup.

@@ -4,9 +4,12 @@
 //! carries the statistics blocks and the loops, pipeline/control/fused_control.hpp). Inputs past
 //! the L2: kPoolFrames device frames, one FusedPreprocess + graph each, replayed in rotation (with
 //! control all of them attached to one CudaControl, so the replays are consecutive iterations).
+//! Control runs every loop, with delay_frames 1 (the loops of frame n + 1 wait for frame n's
+//! statistics inside frame n's launch) and 2 (they run in frame n's launch on frame n - 1's,
+//! closed by its finisher block: nothing waits).
 //! Per sample, kIters replays: GPU time (events, µs per frame) and host CPU time of the submitting
-//! thread (CLOCK_THREAD_CPUTIME_ID around the cudaGraphLaunch loop, µs per frame); the two modes'
-//! samples alternate, and each number is the median of its samples.
+//! thread (CLOCK_THREAD_CPUTIME_ID around the cudaGraphLaunch loop, µs per frame); the three
+//! modes' samples alternate, and each number is the median of its samples.
 //! Usage: control_bench [--samples N]
 #include <cuda_runtime_api.h>
 
@@ -14,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -111,40 +115,51 @@ int run(int samples) {
       {"classify", {workloads::classify_spec()}},
       {"detect", {workloads::detect_spec()}},
       {"classify+detect+thumb", {workloads::classify_spec(), workloads::detect_spec(), workloads::thumbnail_spec()}}};
-  ControlSpec spec;   // every loop on, d = 1: the most work per iteration
+  ControlSpec spec;   // every loop on: the most work per iteration
   spec.enabled = true;
   spec.auto_gain.enabled = true;
   spec.health.enabled = true;
   spec.roi_follow.enabled = true;
-  std::printf("\n| workload | plain GPU µs/frame | control GPU µs/frame | GPU overhead | plain host CPU µs/frame | "
-              "control host CPU µs/frame | CPU overhead |\n|---|---|---|---|---|---|---|\n");
+  constexpr int kDelays[] = {1, 2};
+  std::printf("\n| workload | plain GPU µs/frame | d=1 GPU µs/frame | overhead | d=2 GPU µs/frame | overhead | "
+              "plain host CPU µs/frame | d=1 host CPU | overhead | d=2 host CPU | overhead |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|\n");
   bool failed = false;
   for (const Workload& w : workloads) {
     std::vector<OutputPlan> plans;
     for (const auto& s : w.outputs) plans.push_back(make_output_plan(s, info, w.name));
     spec.roi_follow.output = plans[0].name;
     spec.roi_follow.bounds = {0, 0, 1, 1, true};
-    control::CudaControl control;
-    control.setup(control::make_control_params(spec, info, plans, 30, w.name), stream);
     const auto plain = make_instances(info, plans, frames, nullptr, stream);
-    const auto controlled = make_instances(info, plans, frames, &control, stream);
-    Timing tp, tc;
-    size_t np = 0, nc = 0;
-    Timing warm_up;
+    control::CudaControl controls[std::size(kDelays)];
+    std::vector<std::vector<std::unique_ptr<Instance>>> controlled;
+    for (size_t m = 0; m < std::size(kDelays); ++m) {
+      spec.delay_frames = kDelays[m];
+      controls[m].setup(control::make_control_params(spec, info, plans, 30, w.name), stream);
+      controlled.push_back(make_instances(info, plans, frames, &controls[m], stream));
+    }
+    Timing tp, tc[std::size(kDelays)], warm_up;
+    size_t np = 0, nc[std::size(kDelays)] = {};
     for (int s = -2; s < samples; ++s) {   // two untimed rounds first
       sample(plain, np, stream, s < 0 ? warm_up : tp);
-      sample(controlled, nc, stream, s < 0 ? warm_up : tc);
+      for (size_t m = 0; m < std::size(kDelays); ++m) sample(controlled[m], nc[m], stream, s < 0 ? warm_up : tc[m]);
     }
-    cuda::check(cudaStreamSynchronize(stream), "replays");
-    const auto record = control.record();
-    if (!record || record->iteration + 1 != nc) {
-      std::printf("ERROR %s: control completed %llu iterations, %zu were replayed\n", w.name,
-                  record ? static_cast<unsigned long long>(record->iteration + 1) : 0ull, nc);
-      failed = true;
+    const double gp = median(tp.gpu_us), cp = median(tp.cpu_us);
+    std::printf("| %s | %.2f", w.name, gp);
+    for (const Timing& t : tc) std::printf(" | %.2f | %+.1f%%", median(t.gpu_us), 100 * (median(t.gpu_us) - gp) / gp);
+    std::printf(" | %.2f", cp);
+    for (const Timing& t : tc) std::printf(" | %.2f | %+.1f%%", median(t.cpu_us), 100 * (median(t.cpu_us) - cp) / cp);
+    std::printf(" |\n");
+    for (size_t m = 0; m < std::size(kDelays); ++m) {   // every replay was an iteration, the open one flushed
+      controls[m].flush(stream);
+      cuda::check(cudaStreamSynchronize(stream), "replays");
+      const auto record = controls[m].record();
+      if (!record || record->iteration + 1 != nc[m]) {
+        std::printf("ERROR %s, d=%d: control completed %llu iterations, %zu were replayed\n", w.name, kDelays[m],
+                    record ? static_cast<unsigned long long>(record->iteration + 1) : 0ull, nc[m]);
+        failed = true;
+      }
     }
-    const double gp = median(tp.gpu_us), gc = median(tc.gpu_us), cp = median(tp.cpu_us), cc = median(tc.cpu_us);
-    std::printf("| %s | %.2f | %.2f | %+.1f%% | %.2f | %.2f | %+.1f%% |\n", w.name, gp, gc, 100 * (gc - gp) / gp, cp,
-                cc, 100 * (cc - cp) / cp);
   }
   return failed ? 2 : 0;
 }

@@ -191,7 +191,8 @@ struct ControlledLaunch {
   }
 };
 
-//! One frame at a time through a ControlledLaunch of the spec's outputs, synchronised.
+//! One frame at a time through a ControlledLaunch of the spec's outputs, synchronised; each frame's
+//! iteration closed (CudaControl::flush) unless step() is told otherwise.
 class GpuRig {
  public:
   GpuRig(const PipelineSpec& spec, const control::ControlParams& p)
@@ -199,13 +200,21 @@ class GpuRig {
         color_(make_color_params(spec.color, control_frame_info())),
         launch_(control_frame_info(), plans_, p, stream_) {}
 
-  ControlRecord step(const HostImage& img) {
+  //! The newest record after the frame: its own, or with `flush` = false and d >= 2 the frame
+  //! before's (nullopt after the first frame).
+  std::optional<ControlRecord> step(const HostImage& img, bool flush) {
     const DeviceImage dev = upload(img);
     const FrameSlot slot{dev.view, color_};
     launch_.set_frames({&slot, 1});
     launch_.control.run(launch_.fused, 1, stream_);
+    if (flush) launch_.control.flush(stream_);
     cuda::check(cudaStreamSynchronize(stream_), "control iteration");
-    return launch_.record();
+    return launch_.control.record();
+  }
+  ControlRecord step(const HostImage& img) {
+    const auto r = step(img, true);
+    EXPECT_TRUE(r.has_value());
+    return r.value_or(ControlRecord{});
   }
   ControlRecord step(const Thumbnail& t) { return step(painted(t)); }
 
@@ -273,9 +282,12 @@ TEST_P(GpuControlEngine, RecordsEqualTheCpuEngine) {
       c.control);
   const auto plans = make_output_plans(spec, control_frame_info());
   const control::ControlParams params = plan_control(spec, plans);
-  GpuRig gpu(spec, params);
+  // `late` runs as the daemon does: with d >= 2 each iteration closes in the next frame's launch,
+  // so its newest record is the frame before's, except after the frames where it is flushed.
+  GpuRig gpu(spec, params), late(spec, params);
   control::ControlEngine cpu;
   cpu.setup(params);
+  std::vector<ControlRecord> cpu_records;
   uint32_t flags = 0;
   bool gained = false, moved = false;
   for (int n = 0; n < 120; ++n) {
@@ -283,8 +295,17 @@ TEST_P(GpuControlEngine, RecordsEqualTheCpuEngine) {
     const HostImage img = painted(c.clip(n));
     const ControlRecord g = gpu.step(img);
     const ControlRecord r = cpu_step(cpu, img);
+    cpu_records.push_back(r);
     ASSERT_EQ(g.iteration, uint64_t(n));
     expect_same_record(g, r);
+    const bool flush = n % 7 == 3;
+    const int lag = flush || c.control.delay_frames == 1 ? 0 : 1;
+    const std::optional<ControlRecord> l = late.step(img, flush);
+    ASSERT_EQ(l.has_value(), n >= lag);
+    if (l) {
+      ASSERT_EQ(l->iteration, uint64_t(n - lag)) << "the iteration closed without a flush";
+      expect_same_record(*l, cpu_records[size_t(n - lag)]);
+    }
     if (HasFailure()) break;   // one frame's report is enough; later frames only repeat it
     flags |= r.health_flags;
     gained |= r.out[0].gain != 1.f;
@@ -423,6 +444,7 @@ TEST(GpuControlFused, OutputsApplyTheStateAndStatisticsMatchTheCpu) {
     const FrameSlot slot{dev.view, color};
     gpu.set_frames({&slot, 1});
     gpu.control.run(gpu.fused, 1, stream);
+    gpu.control.flush(stream);
     cuda::check(cudaStreamSynchronize(stream), "controlled fused pass");
     const ControlRecord r = gpu.record();
     ASSERT_EQ(r.iteration, uint64_t(n));
@@ -504,10 +526,10 @@ TEST(GpuControlFused, ThumbnailAndRecordsEqualTheCpuOnEveryFormat) {
 // CudaExecutor
 
 TEST(GpuControlBatch, BatchEqualsFramesOneAtATime) {
-  // A batch runs one iteration per frame (one fused launch each, its statistics ending the
-  // iteration): two batches of 6 equal 12 single frames byte for byte (outputs, the delay ring's
-  // slots, the thumbnail, the record), and CudaExecutor (host frames, same launch configuration)
-  // equals the batched launch.
+  // A batch runs one iteration per frame (one fused launch each; with d = 2 each launch's finisher
+  // closes the iteration before it): two batches of 6 equal 12 single frames byte for byte
+  // (outputs, the delay ring's slots, the thumbnail, the record), and CudaExecutor (host frames,
+  // same launch configuration) equals the batched launch.
   constexpr int kBatch = 6;
   const PipelineSpec spec =
       control_pipeline("gpu", {gray_output("all"), window_output("win", pixels(128, 58, 64, 64))}, loops(2, true, true, true));
@@ -543,7 +565,7 @@ TEST(GpuControlBatch, BatchEqualsFramesOneAtATime) {
     cuda::check(cudaStreamSynchronize(stream), "batch");
     const auto got = batched.outs.download();
     const ControlRecord from_batch = batched.record();
-    EXPECT_EQ(from_batch.iteration, uint64_t(first + kBatch - 1));
+    EXPECT_EQ(from_batch.iteration, uint64_t(first + kBatch - 1 - batched.control.record_lag()));
 
     for (int b = 0; b < kBatch; ++b) {
       single.outs.poison(0x00);
@@ -605,6 +627,7 @@ TEST(GpuControlExecutor, MatchesTheCpuExecutor) {
   cpu.setup_control(params);
   EXPECT_FALSE(gpu.control_record().has_value()) << "a record before the first frame";
   auto out_gpu = poisoned_outputs(plans, 1), out_cpu = poisoned_outputs(plans, 1);
+  std::vector<ControlRecord> cpu_records;
   uint32_t flags = 0;
   for (int n = 0; n < 80; ++n) {
     SCOPED_TRACE("frame " + std::to_string(n));
@@ -613,9 +636,14 @@ TEST(GpuControlExecutor, MatchesTheCpuExecutor) {
     gpu.process({&view, 1}, pointers(out_gpu));
     cpu.process({&view, 1}, pointers(out_cpu));
     const auto g = gpu.control_record(), c = cpu.control_record();
-    ASSERT_TRUE(g.has_value() && c.has_value());
-    ASSERT_EQ(g->iteration, uint64_t(n)) << "process() returns after the frame's statistics";
-    expect_same_record(*g, *c);
+    ASSERT_TRUE(c.has_value());
+    cpu_records.push_back(*c);
+    // d = 2: the frame's iteration closes in the next frame's launch, so the newest record is the
+    // frame before's once process() returned.
+    ASSERT_EQ(g.has_value(), n >= 1);
+    if (!g) continue;
+    ASSERT_EQ(g->iteration, uint64_t(n - 1));
+    expect_same_record(*g, cpu_records[size_t(n - 1)]);
     for (size_t k = 0; k < plans.size(); ++k)
       EXPECT_TRUE(matches_cpu(out_gpu[k], out_cpu[k], plans[k].params.store.dtype)) << plans[k].name;
     flags |= c->health_flags;
@@ -635,10 +663,11 @@ TEST(GpuControlExecutor, MatchesTheCpuExecutor) {
 // A captured graph
 
 TEST(GpuControlGraph, ReplayedIterationEqualsStreamLaunches) {
-  // One iteration (parameter upload, fused kernel with its statistics blocks) captured once and
-  // replayed per frame, against the same iteration launched on the stream. The graph holds no
-  // frame number: the device's iteration counter advances by itself, also over a burst of replays
-  // with no host work in between (wrapping the record ring).
+  // One iteration (parameter upload, fused kernel with its finisher and statistics blocks) captured
+  // once and replayed per frame, against the same iteration launched on the stream. The graph
+  // holds no frame number: the device's iteration counters advance by themselves, also over a
+  // burst of replays with no host work in between (wrapping the record ring). d = 3: each
+  // iteration closes in the next launch, and flush() closes the last.
   const PipelineSpec spec =
       control_pipeline("gpu", {gray_output("all"), window_output("win", pixels(128, 58, 64, 64))}, loops(3, true, true, true));
   const FrameInfo info = control_frame_info();
@@ -669,6 +698,7 @@ TEST(GpuControlGraph, ReplayedIterationEqualsStreamLaunches) {
     EXPECT_EQ(b.iteration, iteration);
     EXPECT_EQ(std::memcmp(&a, &b, sizeof a), 0) << "records of iteration " << iteration;
   };
+  ASSERT_EQ(replayed.control.record_lag(), 1);
   for (int n = 0; n < kFrames; ++n) {
     SCOPED_TRACE("frame " + std::to_string(n));
     launched.outs.poison(0xFF);
@@ -679,7 +709,11 @@ TEST(GpuControlGraph, ReplayedIterationEqualsStreamLaunches) {
     launched.control.run(launched.fused, 1, stream);
     cuda::check(cudaGraphLaunch(exec, stream), "graph launch");
     cuda::check(cudaStreamSynchronize(stream), "iteration");
-    compare(uint64_t(n));
+    if (n == 0) {
+      EXPECT_FALSE(replayed.control.record().has_value()) << "frame 0 closes in the next launch";
+    } else {
+      compare(uint64_t(n - 1));
+    }
     const auto a = launched.outs.download(), b = replayed.outs.download();
     for (size_t k = 0; k < plans.size(); ++k) EXPECT_TRUE(same_bytes(a[k], b[k])) << "output " << plans[k].name;
     EXPECT_EQ(launched.thumbnail(), replayed.thumbnail());
@@ -689,7 +723,12 @@ TEST(GpuControlGraph, ReplayedIterationEqualsStreamLaunches) {
     cuda::check(cudaGraphLaunch(exec, stream), "graph launch");
   }
   cuda::check(cudaStreamSynchronize(stream), "burst");
+  compare(uint64_t(kFrames + kBurst - 2));
+  launched.control.flush(stream);
+  replayed.control.flush(stream);
+  cuda::check(cudaStreamSynchronize(stream), "flush");
   compare(uint64_t(kFrames + kBurst - 1));
+  EXPECT_TRUE(same_bytes(launched.slot_bytes(), replayed.slot_bytes())) << "delay ring slots";
 }
 
 }  // namespace
