@@ -72,7 +72,7 @@ void App::start_group(const BatchGroupSpec& g) {
 
 void App::start_pipeline(const PipelineSpec& p) {
   BatchGroup* group = p.batch_group.empty() ? nullptr : groups_.at(p.batch_group).get();
-  auto runner = std::make_unique<PipelineRunner>(p, device_for(p), config_->cpu_threads, group);
+  auto runner = std::make_unique<PipelineRunner>(p, device_for(p), config_->cpu_threads, group, &decoder_share_);
   spdlog::info("pipeline '{}': starting ({} -> {} output(s), device {}{})", p.name, redact_uri(p.source.uri),
                p.outputs.size(), to_string(runner->device()),
                group ? fmt::format(", batch group '{}'", p.batch_group) : std::string());

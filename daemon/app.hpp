@@ -13,6 +13,7 @@
 #include "daemon/http/status_source.hpp"
 #include "daemon/notify.hpp"
 #include "pipeline/exec/device.hpp"
+#include "pipeline/decode/video_source.hpp"
 #include "pipeline/runtime/pipeline_runner.hpp"
 
 namespace framefuse::daemon {
@@ -64,6 +65,7 @@ class App final : public StatusSource {
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   mutable std::mutex mu_;   //!< guards config_, groups_, runners_ and reload counters against HTTP readers
   std::shared_ptr<const config::DaemonConfig> config_;
+  DecoderShare decoder_share_;   //!< the runners' software decoders of files share the cores; outlives them
   std::map<std::string, std::unique_ptr<BatchGroup>> groups_;        //!< outlive their member runners
   std::map<std::string, std::unique_ptr<PipelineRunner>> runners_;
   uint64_t reloads_ok_ = 0, reloads_failed_ = 0;

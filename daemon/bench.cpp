@@ -53,6 +53,19 @@ PipelineSpec bench_pipeline(const BenchOptions& o, int i) {
   return p;
 }
 
+//! The software file decoders that `streams` bench streams share the host's cores among, as their
+//! runners would (1 when NVDEC decodes): decode_options()'s `software_decoders`.
+int shared_decoders(const BenchOptions& o, const DeviceSpec& device, int streams) {
+  return decodes_file_in_software(bench_pipeline(o, 0), device) ? streams : 1;
+}
+
+//! The `q` quantile of `v` (nearest rank below), 0 for none.
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(q * double(v.size())))];
+}
+
 //! The process' resident set now, MiB (/proc/self/statm), 0 where unreadable.
 double rss_mib_now() {
   std::ifstream statm("/proc/self/statm");
@@ -73,28 +86,47 @@ StreamMemory memory_now(int gpu) {
   return m;
 }
 
-//! Samples memory_now() every 20 ms from construction until peak(), which returns the most seen.
+//! Samples memory_now() every 20 ms from construction until stop(); then peak() is the most seen
+//! and median() the median of the samples (GPU and RSS each): the steady state, where the peak
+//! may be a moment of start-up.
 class MemorySampler {
  public:
-  explicit MemorySampler(int gpu) : gpu_(gpu), peak_(memory_now(gpu)) {
+  explicit MemorySampler(int gpu) : gpu_(gpu) {
+    samples_.push_back(memory_now(gpu));
     thread_ = std::jthread([this](std::stop_token stop) {
       while (!stop.stop_requested()) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        const StreamMemory now = memory_now(gpu_);
-        peak_.gpu_mib = std::max(peak_.gpu_mib, now.gpu_mib);
-        peak_.rss_mib = std::max(peak_.rss_mib, now.rss_mib);
+        samples_.push_back(memory_now(gpu_));
       }
     });
   }
   StreamMemory peak() {
-    thread_.request_stop();
-    thread_.join();
-    return peak_;
+    stop();
+    StreamMemory m = samples_.front();
+    for (const auto& s : samples_) {
+      m.gpu_mib = std::max(m.gpu_mib, s.gpu_mib);
+      m.rss_mib = std::max(m.rss_mib, s.rss_mib);
+    }
+    return m;
+  }
+  StreamMemory median() {
+    stop();
+    std::vector<double> gpu, rss;
+    for (const auto& s : samples_) {
+      gpu.push_back(s.gpu_mib);
+      rss.push_back(s.rss_mib);
+    }
+    return {quantile(gpu, 0.5), quantile(rss, 0.5)};
   }
 
  private:
+  void stop() {
+    if (!thread_.joinable()) return;
+    thread_.request_stop();
+    thread_.join();
+  }
   const int gpu_;
-  StreamMemory peak_;   // written by the thread until joined
+  std::vector<StreamMemory> samples_;   // written by the thread until joined
   std::jthread thread_;
 };
 
@@ -136,9 +168,14 @@ struct PipelinesRun {
 //! `fps` > 0: also measures how late paced streams ended (PipelinesRun::late_s), and leaves out
 //! the latencies of each stream's first kLatencySettleS of frames (all count when a stream ends
 //! before).
-PipelinesRun run_pipelines(const std::vector<PipelineSpec>& specs, const DeviceSpec& device, double fps = 0) {
+//! Software decoders of files share the host's cores among the members of `share` (the runners'
+//! own share when null), as the daemon's pipelines do.
+PipelinesRun run_pipelines(const std::vector<PipelineSpec>& specs, const DeviceSpec& device, double fps = 0,
+                           DecoderShare* share = nullptr) {
+  DecoderShare own;
   std::vector<std::unique_ptr<PipelineRunner>> runners;
-  for (const auto& spec : specs) runners.push_back(std::make_unique<PipelineRunner>(spec, device));
+  for (const auto& spec : specs)
+    runners.push_back(std::make_unique<PipelineRunner>(spec, device, 0, nullptr, share ? share : &own));
   for (auto& runner : runners) runner->start();
   std::vector<int64_t> first_ns(runners.size(), 0);
   // Each runner's counters once it processed its settling frames.
@@ -218,7 +255,8 @@ uint64_t decode_only(const BenchOptions& o, const DeviceSpec& device, PhaseResul
       threads.emplace_back([&, i] {
         try {
           const PipelineSpec spec = bench_pipeline(o, i);
-          VideoSource source(spec.source, spec.name, decode_options(spec, device));
+          const DecodeOptions decode = decode_options(spec, device, shared_decoders(o, device, streams));
+          VideoSource source(spec.source, spec.name, decode);
           source.open();
           while (source.read()) ++frames[i];
           used[i] = source.decoder();
@@ -237,21 +275,34 @@ uint64_t decode_only(const BenchOptions& o, const DeviceSpec& device, PhaseResul
 }
 
 #if FRAMEFUSE_HAVE_CUDA
-double quantile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(q * double(v.size())))];
+//! Host CPU time of one thread_cpu_us() reading (the median of 11 runs of 2000 in a row): what
+//! timing one call adds to it, taken off the per-submit times.
+double timer_cost_us() {
+  constexpr int kReadings = 2000;
+  std::vector<double> runs;
+  for (int r = 0; r < 11; ++r) {
+    const double t0 = thread_cpu_us();
+    double t = t0;
+    for (int i = 0; i < kReadings; ++i) t = thread_cpu_us();
+    runs.push_back((t - t0) / kReadings);
+  }
+  return quantile(runs, 0.5);
 }
 
 //! The executor alone on `frames` (all of one memory kind), `iterations` submits with the ring
 //! full, each frame with an owner as the runner gives them, outputs left in the executor
-//! (complete({})); CPU time counted inside submit() only. `record_times`: also the device time of
-//! the upload and of the kernels (an event node between them).
+//! (complete({})); CPU time counted inside submit() only, less `timer_us` (the reading's own cost).
+//! `record_times`: also the device time of the upload and of the kernels (an event node between
+//! them).
 EngineResult engine_run(const DeviceSpec& device, const FrameInfo& info, const PipelineSpec& spec,
-                        const std::vector<ops::ImageView>& frames, FrameMemory memory, bool graphs, int iterations,
-                        bool record_times) {
+                        const std::vector<ops::ImageView>& frames, FrameMemory memory, bool legacy, bool graphs,
+                        int iterations, bool record_times, double timer_us) {
   constexpr int kWarmup = 50;
-  CudaExecutor exec(device.index, {.in_flight = kEngineInFlight, .graphs = graphs, .record_times = record_times});
+  // Device frames as a pipeline's decoder leaves them (written on the executor's stream), or, with
+  // `legacy`, as a batch group gets them (written on the legacy default stream: an event per batch).
+  const std::shared_ptr<CUstream_st> frames_stream = legacy ? nullptr : make_frames_stream(device);
+  CudaExecutor exec(device.index, {.in_flight = kEngineInFlight, .graphs = graphs, .record_times = record_times,
+                                   .frames_stream = frames_stream.get()});
   const auto plans = make_output_plans(spec, info);
   exec.setup(info, make_color_params(spec.color, info), plans, 1);
   std::vector<IterationTimes> times;
@@ -280,9 +331,9 @@ EngineResult engine_run(const DeviceSpec& device, const FrameInfo& info, const P
 
   EngineResult r;
   r.mode = graphs ? "graph" : "stream";
-  r.memory = memory == FrameMemory::Device ? "device" : "pinned";
+  r.memory = memory == FrameMemory::Device ? (legacy ? "dev-leg" : "device") : "pinned";
   r.iterations = iterations;
-  r.submit_cpu_us = cpu_us / iterations;
+  r.submit_cpu_us = cpu_us / iterations - timer_us;
   r.fps = iterations / seconds;
   r.latency_p50_ms = quantile(latency_ms, 0.50);
   r.latency_p99_ms = quantile(latency_ms, 0.99);
@@ -297,8 +348,10 @@ EngineResult engine_run(const DeviceSpec& device, const FrameInfo& info, const P
 }
 
 //! Graph replay vs stream launches of the same iteration, on frames of the clip in device memory
-//! (as NVDEC leaves them) and in pinned memory (uploaded per frame, as software decoding leaves them).
-std::vector<EngineResult> engine_bench(const BenchOptions& o, const DeviceSpec& device) {
+//! (as NVDEC leaves them: on the executor's stream, "device", or on the legacy default stream as
+//! batch groups get them, "dev-leg") and in pinned memory (uploaded per frame, as software decoding
+//! leaves them).
+std::vector<EngineResult> engine_bench(const BenchOptions& o, const DeviceSpec& device, double timer_us) {
   constexpr int kFrames = 8, kIterations = 2000, kTimed = 500;
   PipelineSpec spec = bench_pipeline(o, 0);
   spec.source.max_frames = kFrames;
@@ -330,10 +383,12 @@ std::vector<EngineResult> engine_bench(const BenchOptions& o, const DeviceSpec& 
   if (pinned.empty()) throw std::runtime_error(fmt::format("{}: frames did not decode into the pinned pool", o.clip));
   std::vector<EngineResult> results;
   for (const bool graphs : {true, false}) {
-    for (const FrameMemory memory : {FrameMemory::Device, FrameMemory::Pinned}) {
+    for (const auto& [memory, legacy] : {std::pair{FrameMemory::Device, false}, std::pair{FrameMemory::Device, true},
+                                        std::pair{FrameMemory::Pinned, false}}) {
       const auto& frames = memory == FrameMemory::Device ? on_device : pinned;
-      EngineResult r = engine_run(device, info, spec, frames, memory, graphs, kIterations, false);
-      const EngineResult timed = engine_run(device, info, spec, frames, memory, graphs, kTimed, true);
+      EngineResult r = engine_run(device, info, spec, frames, memory, legacy, graphs, kIterations, false, timer_us);
+      const EngineResult timed =
+          engine_run(device, info, spec, frames, memory, legacy, graphs, kTimed, true, timer_us);
       r.upload_us = timed.upload_us;
       r.kernels_us = timed.kernels_us;
       r.latency_p50_ms = timed.latency_p50_ms;
@@ -343,7 +398,120 @@ std::vector<EngineResult> engine_bench(const BenchOptions& o, const DeviceSpec& 
   }
   return results;
 }
+
+//! Host CPU time per call of each CUDA call a submit is made of, alone: 20 chunks of 100 calls in a
+//! row (the device drained between chunks, untimed). Graphs: a memset node (device work whose
+//! launch costs what a kernel node's does) with and without the event nodes a submit's graph has.
+std::vector<SubmitPart> submit_parts(const DeviceSpec& device) {
+  cuda::check(cudaSetDevice(device.index), "cudaSetDevice");
+  const cuda::Stream stream = cuda::make_stream();
+  const cuda::Event plain = cuda::make_event(), waited = cuda::make_event();
+  cudaEvent_t raw{};
+  cuda::check(cudaEventCreateWithFlags(&raw, cudaEventDisableTiming | cudaEventBlockingSync), "cudaEventCreate");
+  const cuda::Event blocking(raw);
+  const cuda::DeviceBuffer scratch = cuda::alloc_device(256);
+  cuda::check(cudaEventRecord(waited, cudaStreamLegacy), "cudaEventRecord");
+  const auto work = [&](cudaStream_t s) { cuda::check(cudaMemsetAsync(scratch.as(), 1, 256, s), "cudaMemsetAsync"); };
+  const auto record = [&](cudaEvent_t e) {
+    return [&, e](cudaStream_t s) {
+      work(s);
+      cuda::check(cudaEventRecordWithFlags(e, s, cudaEventRecordExternal), "cudaEventRecord");
+    };
+  };
+  const cuda::CapturedGraph one = cuda::capture_graph(stream, work);
+  const cuda::CapturedGraph ready_blocking = cuda::capture_graph(stream, record(blocking));
+  const cuda::CapturedGraph ready_plain = cuda::capture_graph(stream, record(plain));
+  const cuda::CapturedGraph waits = cuda::capture_graph(stream, [&](cudaStream_t s) {
+    cuda::check(cudaStreamWaitEvent(s, waited, cudaEventWaitExternal), "cudaStreamWaitEvent");
+    work(s);
+  });
+  const auto per_call = [&](auto&& call) {
+    constexpr int kChunks = 20, kChunk = 100;
+    double cpu = 0;
+    for (int c = 0; c < kChunks; ++c) {
+      const double t0 = thread_cpu_us();
+      for (int i = 0; i < kChunk; ++i) call();
+      cpu += thread_cpu_us() - t0;
+      cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    }
+    return cpu / (kChunks * kChunk);
+  };
+  const auto launch = [&](const cuda::CapturedGraph& g) {
+    return [&] { cuda::check(cudaGraphLaunch(g.exec, stream), "cudaGraphLaunch"); };
+  };
+  int current = 0;
+  return {
+      {"cudaGetDevice", per_call([&] { cuda::check(cudaGetDevice(&current), "cudaGetDevice"); })},
+      {"cudaEventRecord, legacy stream (NVDEC frames)",
+       per_call([&] { cuda::check(cudaEventRecord(plain, cudaStreamLegacy), "cudaEventRecord"); })},
+      {"cudaEventRecord, non-blocking stream", per_call([&] { cuda::check(cudaEventRecord(plain, stream), "r"); })},
+      {"cudaStreamWaitEvent", per_call([&] { cuda::check(cudaStreamWaitEvent(stream, waited, 0), "wait"); })},
+      {"cudaEventQuery, done", per_call([&] { cuda::check(cudaEventQuery(waited), "cudaEventQuery"); })},
+      {"cudaGraphLaunch, memset node", per_call(launch(one))},
+      {"cudaGraphLaunch, memset + record node (blocking-sync event, as `ready`)", per_call(launch(ready_blocking))},
+      {"cudaGraphLaunch, memset + record node (plain event)", per_call(launch(ready_plain))},
+      {"cudaGraphLaunch, wait node (external event) + memset", per_call(launch(waits))},
+  };
+}
 #endif
+
+//! One stream's memory built step by step on this thread (after the pipeline phases, so one-time
+//! growth is paid): the decoder's open, first frame and steady state, the frames a runner holds
+//! (its queue, the executor's ring, the preview frame, the one being decoded) and the executor.
+void memory_breakdown(const BenchOptions& o, const DeviceSpec& device, BenchResult& result) {
+  const int gpu = device.kind == DeviceKind::Cuda ? device.index : -1;
+  PipelineSpec spec = bench_pipeline(o, 0);
+  spec.source.max_frames = -1;
+  StreamMemory last = memory_now(gpu);
+  const auto step = [&](std::string what) {
+    const StreamMemory now = memory_now(gpu);
+    StreamMemory growth;
+    if (gpu >= 0) growth.gpu_mib = now.gpu_mib - last.gpu_mib;
+    growth.rss_mib = now.rss_mib - last.rss_mib;
+    result.breakdown.push_back({std::move(what), growth});
+    last = now;
+  };
+  constexpr int kExecutorSlots = 2;   // CudaEngineOptions' default, as the runner's executor
+  result.held_frames = spec.queue_depth + kExecutorSlots + 2;
+  {
+    VideoSource source(spec.source, spec.name, decode_options(spec, device, shared_decoders(o, device, o.streams)));
+    source.open();
+    step("open: demuxer, decoder context");
+    std::optional<DecodedFrame> frame = source.read();
+    if (!frame) throw std::runtime_error(fmt::format("{}: no frame decoded", o.clip));
+    step("first frame: the decoder set up (NVDEC: surfaces, frames pool; software: frame threads)");
+    result.decode_surfaces = source.decode_surfaces();
+    result.decoder_threads = source.decoder_threads();
+    frame.reset();
+    for (int i = 0; i < 60 && source.read(); ++i) {
+    }
+    step("60 frames more, each dropped at once: the decoder's steady state");
+    std::vector<DecodedFrame> held;
+    while (int(held.size()) < result.held_frames) {
+      std::optional<DecodedFrame> f = source.read();
+      if (!f) throw std::runtime_error(fmt::format("{}: the looped clip ended", o.clip));
+      held.push_back(std::move(*f));
+    }
+    step(fmt::format("{} frames held (queue {}, executor ring {}, preview, being decoded)", result.held_frames,
+                     spec.queue_depth, kExecutorSlots));
+#if FRAMEFUSE_HAVE_CUDA
+    if (device.kind == DeviceKind::Cuda) {
+      CudaExecutor exec(device.index);
+      const FrameInfo info = held.front().info;
+      exec.setup(info, make_color_params(spec.color, info), make_output_plans(spec, info), 1);
+      step(fmt::format("executor set up ({} ring slots: pinned outputs, parameters, tap tables, graphs)",
+                       exec.max_in_flight()));
+      for (const DecodedFrame& f : held) {
+        if (exec.in_flight() == exec.max_in_flight()) exec.complete({});
+        exec.submit({&f.view, 1}, {&f.memory, 1}, {&f.owner, 1});
+      }
+      while (exec.in_flight() > 0) exec.complete({});
+      step("executor, after its first iterations (an upload buffer for host frames)");
+    }
+#endif
+  }
+  step("all of it released");
+}
 
 //! `streams` pipelines on the clip paced at `fps` (realtime: true) for o.live_seconds.
 LiveTrial live_trial(const BenchOptions& o, const DeviceSpec& device, int streams, double fps,
@@ -448,13 +616,20 @@ BenchResult run_bench(const BenchOptions& o) {
     return frames;
   });
 
-  // One pipeline alone: the memory reference for the per-stream figures.
-  MemoryReference reference{base, 0};
+  // One pipeline alone: the memory reference for the per-stream figures. It decodes as each of the
+  // N streams does: software decoders share the host's cores among the members of a DecoderShare,
+  // so N - 1 more runners join it, never started, while it runs.
+  MemoryReference reference{base, 0}, median_reference{base, 0};
   if (o.streams > 1) {
     result.single = measure([&](PhaseResult& r) {
+      DecoderShare share;
+      std::vector<std::unique_ptr<PipelineRunner>> unstarted;
+      for (int i = 1; i < o.streams; ++i)
+        unstarted.push_back(std::make_unique<PipelineRunner>(bench_pipeline(o, i), device, 0, nullptr, &share));
       MemorySampler memory(gpu);
-      const PipelinesRun run = run_pipelines({bench_pipeline(o, 0)}, device);
+      const PipelinesRun run = run_pipelines({bench_pipeline(o, 0)}, device, 0, &share);
       reference = {memory.peak(), 1};
+      median_reference = {memory.median(), 1};
       r.decoder = run.decoder;
       return run.frames;
     });
@@ -466,6 +641,7 @@ BenchResult run_bench(const BenchOptions& o) {
     MemorySampler memory(gpu);
     const PipelinesRun run = run_pipelines(specs, device);
     result.pipeline_memory = per_stream(memory.peak(), reference, o.streams);
+    result.pipeline_memory_median = per_stream(memory.median(), median_reference, o.streams);
     latency = run.latency;
     r.decoder = run.decoder;
     result.frame = run.frame;
@@ -474,8 +650,13 @@ BenchResult run_bench(const BenchOptions& o) {
   result.latency_p50_s = latency_quantile(latency, 0.50);
   result.latency_p99_s = latency_quantile(latency, 0.99);
 #if FRAMEFUSE_HAVE_CUDA
-  if (device.kind == DeviceKind::Cuda) result.engine = engine_bench(o, device);
+  if (device.kind == DeviceKind::Cuda) {
+    result.timer_us = timer_cost_us();
+    result.engine = engine_bench(o, device, result.timer_us);
+    result.submit_parts = submit_parts(device);
+  }
 #endif
+  memory_breakdown(o, device, result);
   if (o.live_streams > 0) live_search(o, device, fps, reference, result);
   return result;
 }
@@ -527,10 +708,14 @@ std::string format_bench_table(const BenchResult& r) {
                      latency_text(r.latency_p50_s), latency_text(r.latency_p99_s));
   out += memory_text(n > 1 ? "pipeline (N streams - 1 stream) / (N - 1):" : "pipeline (process growth):",
                      r.pipeline_memory);
+  out += memory_text(n > 1 ? "  the same of the phases' medians:" : "  the same of the phase's median:",
+                     r.pipeline_memory_median);
   out += memory_text("decode alone (growth / N):", r.decode_memory);
   if (!r.engine.empty()) {
     out += fmt::format("\nexecutor alone ({} iterations, {} in flight, outputs not copied out; submit = thread CPU "
-                       "time in submit(); device times from a run with event times):\n",
+                       "time in submit(); device times from a run with event times; device: frames written on the "
+                       "executor's stream, as a pipeline's NVDEC decoder does; dev-leg: on the legacy default "
+                       "stream, as batch groups get them):\n",
                        r.engine.front().iterations, kEngineInFlight);
     out += fmt::format("{:<8}{:<8}{:>14}{:>10}{:>12}{:>12}{:>26}\n", "mode", "frames", "submit us/fr", "fps",
                        "upload us", "kernels us", "latency p50/p99 ms");
@@ -538,6 +723,21 @@ std::string format_bench_table(const BenchResult& r) {
       out += fmt::format("{:<8}{:<8}{:>14.2f}{:>10.0f}{:>12}{:>12.1f}{:>26}\n", e.mode, e.memory, e.submit_cpu_us,
                          e.fps, e.upload_us < 0 ? std::string("-") : fmt::format("{:.1f}", e.upload_us), e.kernels_us,
                          fmt::format("{:.3f} / {:.3f}", e.latency_p50_ms, e.latency_p99_ms));
+  }
+  if (!r.submit_parts.empty()) {
+    out += fmt::format("\nsubmit path, host CPU per call alone (one timer reading, {:.2f} us, is taken off each "
+                       "submit above):\n",
+                       r.timer_us);
+    for (const auto& p : r.submit_parts) out += fmt::format("  {:<74}{:>8.2f} us\n", p.call, p.cpu_us);
+  }
+  if (!r.breakdown.empty()) {
+    out += fmt::format("\nmemory of one stream, step by step (decoder threads {}, NVDEC decode surfaces {}):\n",
+                       r.decoder_threads, r.decode_surfaces);
+    out += fmt::format("  {:<86}{:>10}{:>10}\n", "step", "GPU MiB", "RSS MiB");
+    for (const auto& m : r.breakdown)
+      out += fmt::format("  {:<86}{:>10}{:>10.1f}\n", m.step,
+                         r.device == "cpu" ? std::string("-") : fmt::format("{:.1f}", m.growth.gpu_mib),
+                         m.growth.rss_mib);
   }
   if (!r.live.empty()) {
     out += fmt::format("\nreal time ({} s trials, clip paced at its frame rate; latency of each stream's frames "
@@ -568,6 +768,15 @@ std::string format_bench_json(const BenchResult& r) {
                           json_number(e.submit_cpu_us), json_number(e.fps),
                           e.upload_us < 0 ? std::string("null") : json_number(e.upload_us), json_number(e.kernels_us),
                           json_number(e.latency_p50_ms), json_number(e.latency_p99_ms));
+  std::string parts, breakdown;
+  for (const auto& p : r.submit_parts)
+    parts += fmt::format(R"({}{{"call": {}, "cpu_us": {}}})", parts.empty() ? "" : ", ", json_string(p.call),
+                         json_number(p.cpu_us));
+  for (const auto& m : r.breakdown)
+    breakdown += fmt::format(R"({}{{"step": {}, "gpu_mib": {}, "rss_mib": {}}})", breakdown.empty() ? "" : ", ",
+                             json_string(m.step),
+                             r.device == "cpu" ? std::string("null") : json_number(m.growth.gpu_mib),
+                             json_number(m.growth.rss_mib));
   for (const auto& t : r.live)
     live += fmt::format(R"({}{{"streams": {}, "held": {}, "seconds": {}, "frames": {}, "dropped": {}, "late_ms": {}, )"
                         R"("latency_p50_ms": {}, "latency_p99_ms": {}, "latency_mean_ms": {}, "latency_frames": {}, )"
@@ -583,14 +792,18 @@ std::string format_bench_json(const BenchResult& r) {
       " \"single_stream\": {}}},\n"
       " \"pipeline\": {}, \"latency_p50_ms\": {}, \"latency_p99_ms\": {}, "
       "\"latency_resolution\": \"histogram bucket upper bound; null = above {} ms\"}},\n"
-      " \"memory_per_stream\": {},\n \"decode_memory_per_stream\": {},\n"
-      " \"engine\": [{}],\n \"live\": {{\"held\": {}, \"trials\": [{}]}},\n"
+      " \"memory_per_stream\": {}, \"memory_per_stream_median\": {},\n \"decode_memory_per_stream\": {},\n"
+      " \"engine\": [{}],\n \"submit_parts\": [{}], \"timer_us\": {},\n"
+      " \"memory_breakdown\": {{\"decoder_threads\": {}, \"decode_surfaces\": {}, \"held_frames\": {}, "
+      "\"steps\": [{}]}},\n"
+      " \"live\": {{\"held\": {}, \"trials\": [{}]}},\n"
       " \"ratio\": {}}}\n",
       json_string(r.options.clip), json_string(r.frame), n, r.options.frames, json_string(r.device),
       phase_json(r.decode, n), phase_json(r.single, 1), phase_json(r.pipeline, n), json_number(1e3 * r.latency_p50_s),
       json_number(1e3 * r.latency_p99_s), 1e3 * kLatencyBuckets.back(), memory_json(r.pipeline_memory),
-      memory_json(r.decode_memory), engine,
-      r.live_held, live, json_number(r.ratio()));
+      memory_json(r.pipeline_memory_median), memory_json(r.decode_memory), engine, parts, json_number(r.timer_us),
+      r.decoder_threads, r.decode_surfaces,
+      r.held_frames, breakdown, r.live_held, live, json_number(r.ratio()));
 }
 
 }  // namespace framefuse::daemon

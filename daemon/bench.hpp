@@ -3,11 +3,13 @@
 //! decodes the clip alone (N concurrent VideoSources, frames dropped); phase 2 runs N pipelines
 //! (canonical classify + detect outputs, null sink) on the same clip. Both phases time from start
 //! to the last stream done, opening included. With more than one stream, one pipeline runs alone
-//! first: memory per stream is (most used with N streams - most used with 1) / (N - 1), which
-//! leaves out what the process takes once (CUDA context growth, module loading, FFmpeg's device).
-//! On a CUDA device it also measures the executor alone (submit-path CPU time with graph replay vs
-//! stream launches, device time of the upload and the kernels, device latency), and optionally the
-//! most real-time streams held and the latency at 80 % of that load.
+//! first (decoding as each of N does): memory per stream is (most used with N streams - most used
+//! with 1) / (N - 1), which leaves out what the process takes once (CUDA context growth, module
+//! loading, FFmpeg's device), and the same of the phases' medians (start-up peaks left out). Then
+//! one stream's memory step by step (decoder, frames held, executor). On a CUDA device it also
+//! measures the executor alone (submit-path CPU time with graph replay vs stream launches, device
+//! time of the upload and the kernels, device latency) and the submit path's CUDA calls alone, and
+//! optionally the most real-time streams held and the latency at 80 % of that load.
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -62,6 +64,19 @@ struct EngineResult {
   double latency_p50_ms = 0, latency_p99_ms = 0;   //!< device events: start of the iteration -> outputs in host memory
 };
 
+//! Host CPU time of one call on the submit path, measured alone (thread CPU time over many calls
+//! in a row, the timer's own cost taken off).
+struct SubmitPart {
+  std::string call;
+  double cpu_us = 0;
+};
+
+//! One step of the memory breakdown (one stream, built step by step) and the growth it caused.
+struct MemoryStep {
+  std::string step;
+  StreamMemory growth;
+};
+
 //! One real-time trial: `streams` paced pipelines.
 struct LiveTrial {
   int32_t streams = 0;
@@ -88,10 +103,19 @@ struct BenchResult {
   //! (kLatencyBuckets) holding the quantile, seconds; +inf when beyond the last bound.
   double latency_p50_s = 0, latency_p99_s = 0;
   StreamMemory pipeline_memory;          //!< per stream; with 1 stream: the process' growth over the phase
+  StreamMemory pipeline_memory_median;   //!< the same of the phases' medians (steady state), not peaks
   //! The decode phase's growth over the process before it, / streams: the decoders alone (frames
   //! dropped at once), one-time costs included but for the warm-up's.
   StreamMemory decode_memory;
   std::vector<EngineResult> engine;      //!< CUDA devices only
+  std::vector<SubmitPart> submit_parts;  //!< CUDA devices only
+  double timer_us = 0;                   //!< one thread_cpu_us() reading, taken off every submit time
+  //! One stream's memory, step by step after the pipeline phases (one-time growth already paid):
+  //! decoder open, first frame, steady decoding, frames held as a pipeline holds them, executor.
+  std::vector<MemoryStep> breakdown;
+  int32_t held_frames = 0;               //!< frames held in the breakdown's "held" step
+  int32_t decode_surfaces = 0;           //!< NVDEC decode surfaces (0: software)
+  int32_t decoder_threads = 0;           //!< the decoder's threads in the breakdown (with N streams)
   std::vector<LiveTrial> live;           //!< in the order run; the last is at 80 % of the most held
   int32_t live_held = 0;                 //!< the most streams held (0: none, or not run)
   double ratio() const { return decode.fps() > 0 ? pipeline.fps() / decode.fps() : 0; }

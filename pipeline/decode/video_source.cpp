@@ -1,11 +1,13 @@
 #include "pipeline/decode/video_source.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <optional>
+#include <thread>
 #include <tuple>
 #include <spdlog/fmt/fmt.h>
 
@@ -237,7 +239,7 @@ struct VideoSource::Impl {
     int err = avcodec_parameters_to_context(codec.get(), st.codecpar);
     if (err < 0) fail(fmt::format("decoder parameters: {}", av_error(err)));
     codec->pkt_timebase = st.time_base;
-    codec->thread_count = opts.threads;
+    codec->thread_count = opts.threads_at_open ? opts.threads_at_open() : opts.threads;
     // Frame threads hold frames back (one per thread); live sources prefer slice threads.
     if (rtsp()) codec->thread_type = FF_THREAD_SLICE;
     codec->opaque = this;
@@ -259,7 +261,7 @@ struct VideoSource::Impl {
       why = fmt::format("this FFmpeg has no NVDEC hwaccel for {}", dec.name);
     } else {
       try {
-        codec->hw_device_ctx = cuda_decode_device(opts.cuda_device);
+        codec->hw_device_ctx = cuda_decode_device(opts.cuda_device, opts.cuda_stream);
         codec->get_format = &Impl::get_format;
         // NVDEC decodes on the chip; one CPU thread parses. Frame threads would only hold frames
         // back and multiply surfaces (and FFmpeg 5.1's hwaccel + frame threading handed out
@@ -578,6 +580,14 @@ FrameInfo VideoSource::frame_info() const { return impl_->info; }
 
 uint64_t VideoSource::decode_errors() const { return impl_->errors.load(std::memory_order_relaxed); }
 
+int VideoSource::decode_surfaces() const {
+  const AVCodecContext* c = impl_->codec.get();
+  if (!c || !c->hw_frames_ctx) return 0;
+  return reinterpret_cast<const AVHWFramesContext*>(c->hw_frames_ctx->data)->initial_pool_size;
+}
+
+int VideoSource::decoder_threads() const { return impl_->codec ? impl_->codec->thread_count : 0; }
+
 DecodedFrame to_host(const DecodedFrame& frame) {
   if (frame.memory != FrameMemory::Device) return frame;
   const auto* surface = static_cast<const AVFrame*>(frame.owner.get());
@@ -595,12 +605,24 @@ DecodedFrame to_host(const DecodedFrame& frame) {
   return out;
 }
 
-DecodeOptions decode_options(const PipelineSpec& spec, const DeviceSpec& device) {
+int shared_decoder_threads(int decoders) {
+  if (decoders <= 1) return 0;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::clamp(cores / decoders, 1, 16);
+}
+
+bool decodes_file_in_software(const PipelineSpec& spec, const DeviceSpec& device) {
+  return spec.source.kind != SourceKind::Rtsp && (spec.decoder == DecoderKind::Cpu || device.kind != DeviceKind::Cuda);
+}
+
+DecodeOptions decode_options(const PipelineSpec& spec, const DeviceSpec& device, int software_decoders) {
   DecodeOptions decode;
   decode.decoder = spec.decoder;
   decode.cuda_device = device.kind == DeviceKind::Cuda ? device.index : -1;
   const bool frame_threads = spec.source.kind != SourceKind::Rtsp;   // live sources use slice threads
-  const int slots = spec.pool_frames > 0 ? spec.pool_frames : default_pool_frames(spec.queue_depth, 0, frame_threads);
+  if (frame_threads) decode.threads = shared_decoder_threads(software_decoders);
+  const int slots = spec.pool_frames > 0 ? spec.pool_frames
+                                         : default_pool_frames(spec.queue_depth, decode.threads, frame_threads);
   decode.pool = FramePool::create(slots, decode.cuda_device);
   return decode;
 }

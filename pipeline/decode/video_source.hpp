@@ -4,6 +4,7 @@
 //! device's shared primary context; frames stay in device memory). One thread calls open(),
 //! read() and frame_info(); interrupt(), decoder() and decode_errors() may be called from any
 //! thread. FFmpeg types stay inside the .cpp.
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -13,6 +14,8 @@
 #include "pipeline/decode/decoded_frame.hpp"
 #include "pipeline/memory/frame_pool.hpp"
 #include "pipeline/spec.hpp"
+
+struct CUstream_st;   // cudaStream_t
 
 namespace framefuse {
 
@@ -27,14 +30,47 @@ struct DecodeOptions {
   //! at most the source's stall_timeout, then read() fails naming the pool.
   std::shared_ptr<FramePool> pool;
   int threads = 0;                      //!< decoder threads, 0 = FFmpeg chooses
+  //! When set, called as the decoder opens (after the container's probing) for its thread count
+  //! instead of `threads`: e.g. a share of the cores among the pipelines alive by then.
+  std::function<int()> threads_at_open;
+  //! NVDEC: the CUDA stream (cudaStream_t) its frames are copied on, kept alive by the decoder and
+  //! its frames; a pipeline gives its executor's, so stream order alone puts each frame's copy
+  //! before the kernels that read it. Null: the legacy default stream (FFmpeg's default).
+  std::shared_ptr<CUstream_st> cuda_stream;
   //! Called (on a decoder thread) when `auto` gives NVDEC up for software, with the reason.
   std::function<void(const std::string& reason)> on_fallback;
 };
 
+//! Threads for each of `decoders` software decoders of files that share this host's cores: 0
+//! (FFmpeg's choice, cores + 1 up to 16) for one, else an equal share of the cores, 1 to 16. Each
+//! frame thread holds a frame in flight (a pool slot: 3.3 MiB at 1080p) and a decoder context of
+//! its own, so FFmpeg's count per decoder would multiply memory by the decoders without adding
+//! throughput once the cores are busy.
+int shared_decoder_threads(int decoders);
+
+//! The software decoders of files that share this host's cores: each opens with
+//! shared_decoder_threads() of the members counted when it opens. Thread-safe; outlives its members.
+class DecoderShare {
+ public:
+  void join() { members_.fetch_add(1, std::memory_order_relaxed); }
+  void leave() { members_.fetch_sub(1, std::memory_order_relaxed); }
+  //! Threads for a member's decoder opening now.
+  int threads() const { return shared_decoder_threads(members_.load(std::memory_order_relaxed)); }
+
+ private:
+  std::atomic<int> members_{0};
+};
+
 //! How a pipeline's source decodes on its device: `spec.decoder`, the device's CUDA index (-1 on
-//! the CPU) and a frame pool of `spec.pool_frames` slots (0: the default size for its queue and
-//! source kind). Callbacks stay unset for the caller.
-DecodeOptions decode_options(const PipelineSpec& spec, const DeviceSpec& device);
+//! the CPU), shared_decoder_threads(`software_decoders`) for files decoded in software (live
+//! sources: FFmpeg's slice threads), and a frame pool of `spec.pool_frames` slots (0: the default
+//! size for its queue, source kind and threads). Callbacks stay unset for the caller.
+DecodeOptions decode_options(const PipelineSpec& spec, const DeviceSpec& device, int software_decoders = 1);
+
+//! Whether a pipeline of `spec` on `device` decodes a file in software with frame threads (one of
+//! the decoders shared_decoder_threads() shares the cores among): a file source decoded by the
+//! CPU, asked for (`decoder: cpu`) or the only choice (a CPU device). NVDEC decodes with one thread.
+bool decodes_file_in_software(const PipelineSpec& spec, const DeviceSpec& device);
 
 class VideoSource {
  public:
@@ -75,6 +111,11 @@ class VideoSource {
   FrameInfo frame_info() const;
   //! Packets or frames the decoder rejected so far.
   uint64_t decode_errors() const;
+  //! NVDEC: the decode surfaces of the current stream (its frames context's pool size), after the
+  //! first frame; 0 in software. Same thread as read().
+  int decode_surfaces() const;
+  //! The decoder's threads (after open(); FFmpeg's own count where it chose). Same thread as read().
+  int decoder_threads() const;
 
  private:
   struct Impl;

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "pipeline/error.hpp"
 #include "pipeline/exec/upload_kernel.hpp"
@@ -20,6 +22,27 @@ cuda::Event make_slot_event(bool timing, bool blocking = false) {
   const unsigned flags = (timing ? cudaEventDefault : cudaEventDisableTiming) | (blocking ? cudaEventBlockingSync : 0);
   cuda::check(cudaEventCreateWithFlags(&e, flags), "cudaEventCreate");
   return cuda::Event(e);
+}
+
+//! The stream graphs are captured on: one per device for the process, one capture at a time (a
+//! capture takes well under a millisecond and happens at set-up only). Never the iterations' own
+//! stream, where a pipeline's decoder may be copying frames meanwhile (its copies would land in
+//! the capture), and no stream per executor that only ever captures. Never destroyed, as the
+//! decoders' CUDA devices (cuda_device_context.hpp): at exit that would race the runtime's teardown.
+struct CaptureStream {
+  std::mutex mu;                   //!< held for every capture on `stream`
+  cudaStream_t stream = nullptr;
+};
+CaptureStream& capture_stream(int device) {
+  static std::mutex mu;
+  static auto* streams = new std::map<int, CaptureStream>();
+  std::lock_guard lock(mu);
+  if (const auto it = streams->find(device); it != streams->end()) return it->second;
+  cudaStream_t s{};
+  cuda::check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  CaptureStream& made = (*streams)[device];
+  made.stream = s;
+  return made;
 }
 
 //! Milliseconds from `from` to `to` (both completed), or nullopt when the device cannot tell (an
@@ -42,6 +65,8 @@ CudaExecutor::CudaExecutor(int index, CudaEngineOptions options) : device_(index
   cudaDeviceProp prop{};
   cuda::check(cudaGetDeviceProperties(&prop, device_), "cudaGetDeviceProperties");
   device_name_ = prop.name;
+  if (!options_.frames_stream) own_stream_ = cuda::make_stream();
+  stream_ = options_.frames_stream ? options_.frames_stream : own_stream_.get();
 }
 
 CudaExecutor::~CudaExecutor() { drain(); }
@@ -85,7 +110,6 @@ void CudaExecutor::setup(const FrameInfo& frame, const ops::ColorParams& color, 
     out_offsets_.push_back(out_total);
     out_total = cuda::align_up(out_total + p.bytes_per_frame * max_batch);
   }
-  stream_ = cuda::make_stream();
   ring_.clear();
   ring_.resize(size_t(options_.in_flight));
   oldest_ = 0;
@@ -123,6 +147,8 @@ void CudaExecutor::setup_fused() {
 
 void CudaExecutor::capture_graphs() {
   constexpr int kAttempts = 5;
+  CaptureStream& capture = capture_stream(device_);
+  const std::lock_guard lock(capture.mu);
   for (Slot& slot : ring_) {
     slot.graphs.clear();
     slot.graphs.resize(size_t(max_batch_));
@@ -131,16 +157,17 @@ void CudaExecutor::capture_graphs() {
         for (int attempt = 1;; ++attempt) {
           try {
             slot.graphs[size_t(frames - 1)][upload] = cuda::capture_graph(
-                stream_, [&](cudaStream_t s) { enqueue_iteration(slot, frames, upload, s, true); });
+                capture.stream, [&](cudaStream_t s) { enqueue_iteration(slot, frames, upload, s, true); });
             ++captures_;
             break;
           } catch (const DeviceError& e) {
             // A device-wide call on another thread (a decoder's set-up, say) can invalidate a
             // capture in progress; end it, clear the error and capture again.
             cudaStreamCaptureStatus status{};
-            if (cudaStreamIsCapturing(stream_, &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
+            if (cudaStreamIsCapturing(capture.stream, &status) == cudaSuccess &&
+                status != cudaStreamCaptureStatusNone) {
               cudaGraph_t broken{};
-              if (cudaStreamEndCapture(stream_, &broken) == cudaSuccess && broken) cudaGraphDestroy(broken);
+              if (cudaStreamEndCapture(capture.stream, &broken) == cudaSuccess && broken) cudaGraphDestroy(broken);
             }
             cudaGetLastError();
             if (attempt == kAttempts) {   // this slot and batch size launch call by call instead
@@ -250,7 +277,7 @@ void CudaExecutor::submit(std::span<const ops::ImageView> frames, std::span<cons
   slot.batch = static_cast<int>(frames.size());
   slot.owners.assign(owners.begin(), owners.end());
 
-  if (device_frames) {   // FFmpeg's NVDEC copies its frames on the legacy stream
+  if (device_frames && !options_.frames_stream) {   // FFmpeg's shared NVDEC context copies on the legacy stream
     cuda::check(cudaEventRecord(slot.input_ready, cudaStreamLegacy), "cudaEventRecord");
     cuda::check(cudaStreamWaitEvent(stream_, slot.input_ready, 0), "wait for the decoder's copies");
   }

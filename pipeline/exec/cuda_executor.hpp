@@ -17,12 +17,17 @@
 //! its kernels read when they run, and `ready` is an event record node. Without graphs the same
 //! iteration is enqueued call by call.
 //! Ordering: iterations run in submission order on one non-blocking stream (control's state
-//! carries from frame to frame). A batch with Device frames first waits for an event recorded on
-//! the legacy default stream, where FFmpeg's NVDEC copies its frames: two calls besides the
-//! launch (a blocking stream, which waits for the legacy stream by itself, measured no cheaper per
-//! submit on the H200 and makes the decoders' copies wait for every iteration; the measurements
-//! behind these choices: tests/bench/RESULTS.md). Host (pageable) frames are copied by
-//! cudaMemcpy2DAsync on the stream before the launch.
+//! carries from frame to frame). Device frames written on that stream (options.frames_stream: a
+//! pipeline's NVDEC decoder copies its frames there) are ordered by the stream alone, with no
+//! event: a submit makes the launch and one query (release of completed frames). Otherwise a batch
+//! with Device frames first waits for an event
+//! recorded on the legacy default stream, where FFmpeg's shared NVDEC context copies its frames:
+//! two calls besides the launch, ~2 us of host time (a blocking stream, which waits for the legacy
+//! stream by itself, measured no cheaper per submit on the H200 and makes the decoders' copies wait
+//! for every iteration; the measurements behind these choices: tests/bench/RESULTS.md). Host
+//! (pageable) frames are copied by cudaMemcpy2DAsync on the stream before the launch. Graphs are
+//! captured on another stream (one per device, shared), so that a decoder's copies on the
+//! iterations' stream never land in a capture.
 //! The host waits only for the oldest slot's `ready`, in complete(); never for the whole device.
 #include <array>
 #include <memory>
@@ -43,6 +48,12 @@ struct CudaEngineOptions {
   //! Keep the event times of the last completed iteration (last_times()) and report
   //! Completion::device_seconds: two more event nodes per iteration, for benchmarks.
   bool record_times = false;
+  //! The stream the pipeline's decoder writes its Device frames on (NVDEC's copies: its
+  //! DecodeOptions::cuda_stream), owned by the caller and alive as long as the executor: the
+  //! iterations run on it, so stream order alone puts each frame's copy before the kernels that
+  //! read it. Null: a stream of the executor's own, and Device frames are waited for on the legacy
+  //! default stream with an event per batch.
+  cudaStream_t frames_stream = nullptr;
 };
 
 //! Device-clock times of one iteration, milliseconds since the executor's last setup().
@@ -102,7 +113,10 @@ class CudaExecutor final : public Executor {
   struct Slot {
     cuda::Event input_ready;                        //!< on the legacy stream: the decoder's copies are done
     cuda::Event begun, times_input;                 //!< with record_times: the iteration began, its upload ended
-    cuda::Event ready;                              //!< the outputs are in host_out
+    //! The outputs are in host_out. Blocking-sync, so that complete() sleeps instead of spinning;
+    //! its record node costs ~1 us of each launch's host time (a plain event's ~0.1 us: the bench's
+    //! "submit path" lines, tests/bench/RESULTS.md).
+    cuda::Event ready;
     cuda::DeviceBuffer dev_in;
     cuda::PinnedBuffer host_out;                    //!< the outputs, written by the kernels
     cuda::PinnedBuffer uploads;                     //!< UploadJob per plane of the batch
@@ -147,7 +161,8 @@ class CudaExecutor final : public Executor {
   //! iteration n's kernel) measured slower on the H200: both move their bytes over PCIe (the upload
   //! reads pinned frames, the kernel writes pinned outputs), so executor throughput fell 21 % and
   //! latency grew 2.4x (tests/bench/RESULTS.md).
-  cuda::Stream stream_;
+  cuda::Stream own_stream_;                 //!< without options_.frames_stream
+  cudaStream_t stream_ = nullptr;           //!< options_.frames_stream, else own_stream_
   cuda::Event epoch_;                       //!< recorded at setup: the origin of IterationTimes
   std::vector<Slot> ring_;
   size_t oldest_ = 0;                       //!< ring index of the oldest iteration in flight

@@ -58,13 +58,18 @@ struct PipelineRunner::Impl {
   std::jthread decode_thread, process_thread, watchdog_thread;
 };
 
-PipelineRunner::PipelineRunner(PipelineSpec spec, DeviceSpec device, int cpu_threads, BatchGroup* group)
+PipelineRunner::PipelineRunner(PipelineSpec spec, DeviceSpec device, int cpu_threads, BatchGroup* group,
+                               DecoderShare* share)
     : spec_(std::move(spec)), device_(device), cpu_threads_(cpu_threads), group_(group),
-      impl_(std::make_unique<Impl>(static_cast<size_t>(spec_.queue_depth))) {}
+      impl_(std::make_unique<Impl>(static_cast<size_t>(spec_.queue_depth))),
+      share_(share && decodes_file_in_software(spec_, device_) ? share : nullptr) {
+  if (share_) share_->join();
+}
 
 PipelineRunner::~PipelineRunner() {
   request_stop();
   join();
+  if (share_) share_->leave();
 }
 
 std::optional<DecodedFrame> PipelineRunner::latest_frame() const {
@@ -117,7 +122,21 @@ void PipelineRunner::start() {
       return true;
     });
   }
+  // A pipeline's own executor runs on the stream its NVDEC decoder copies frames on: stream order
+  // alone puts each copy before the kernels (no event per frame). A batch group's executor reads
+  // frames of many decoders, which copy on the legacy default stream; software decoders have none.
+  std::shared_ptr<CUstream_st> frames_stream;
+  try {
+    if (!group_ && spec_.decoder != DecoderKind::Cpu) frames_stream = make_frames_stream(device_);
+  } catch (const DeviceError&) {
+    // the executor meets the device's failure in the process thread and reports it there
+  }
+  decode.cuda_stream = frames_stream;
   stats_.pool_capacity.store(decode.pool->capacity(), std::memory_order_relaxed);
+  // The pool is sized for FFmpeg's thread count (an upper bound: slots are made on first use); each
+  // (re)opened decoder takes the share of the cores among the runners alive by then, so that
+  // pipelines started one after another (the daemon's) all count each other.
+  if (share_) decode.threads_at_open = [share = share_] { return share->threads(); };
   decode.on_fallback = [this, warned = std::make_shared<std::atomic<bool>>(false)](const std::string& why) {
     stats_.nvdec_fallbacks.fetch_add(1, std::memory_order_relaxed);
     stats_.set_decoder("cpu");
@@ -264,7 +283,7 @@ void PipelineRunner::start() {
   // max_in_flight() frames are in flight while more are queued; when the queue is empty the oldest
   // completes at once, so an idle pipeline holds no outputs back. A re-setup drains first. Frames
   // already queued at stop are drained, then sinks flushed.
-  impl_->process_thread = std::jthread([this, decode_pool = decode.pool] {
+  impl_->process_thread = std::jthread([this, decode_pool = decode.pool, frames_stream] {
     struct Submitted {
       int64_t index;
       Clock::time_point decoded_at, submitted_at;
@@ -296,7 +315,7 @@ void PipelineRunner::start() {
       stats_.observe_latency(latency);
     };
     try {
-      executor = make_executor(device_, cpu_threads_);
+      executor = make_executor(device_, cpu_threads_, frames_stream.get());
       while (true) {
         std::optional<DecodedFrame> frame = in_flight.empty() ? impl_->queue.pop() : impl_->queue.try_pop();
         if (!frame) {

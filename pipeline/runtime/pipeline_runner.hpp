@@ -21,11 +21,16 @@
 
 namespace framefuse {
 
+class DecoderShare;   // pipeline/decode/video_source.hpp
+
 class PipelineRunner {
  public:
   //! `device` is already resolved (Cpu or Cuda:N). Nothing starts until start(). With `group`
-  //! (which must outlive the runner, on the same device) the frames go through that group.
-  PipelineRunner(PipelineSpec spec, DeviceSpec device, int cpu_threads = 0, BatchGroup* group = nullptr);
+  //! (which must outlive the runner, on the same device) the frames go through that group. With
+  //! `share` (which must outlive the runner) a file decoded in software is one of its members: its
+  //! decoder opens with a share of the host's cores instead of FFmpeg's count.
+  PipelineRunner(PipelineSpec spec, DeviceSpec device, int cpu_threads = 0, BatchGroup* group = nullptr,
+                 DecoderShare* share = nullptr);
   ~PipelineRunner();
   PipelineRunner(const PipelineRunner&) = delete;
   PipelineRunner& operator=(const PipelineRunner&) = delete;
@@ -60,6 +65,7 @@ class PipelineRunner {
   BatchGroup* group_;
   PipelineStats stats_;
   std::unique_ptr<Impl> impl_;
+  DecoderShare* share_;   //!< the share its software-decoded file joined, else null
   std::atomic<bool> done_{false};
   mutable std::mutex latest_mu_;
   std::optional<DecodedFrame> latest_;

@@ -1,8 +1,9 @@
 //! The asynchronous CUDA executor (ring of in-flight iterations): graph replay, stream launches and
 //! the CPU executor give the same outputs for the same frames, whatever memory the frames are in
 //! and however many iterations are in flight; control runs its iterations in frame order in both
-//! modes; frames are released once the device is done with them, also when the executor goes away
-//! with frames in flight.
+//! modes; device frames written on the executor's frames stream are read after the write without
+//! an event; frames are released once the device is done with them, also when the executor goes
+//! away with frames in flight.
 #include <gtest/gtest.h>
 #include <spdlog/fmt/fmt.h>
 
@@ -15,6 +16,7 @@
 #include "pipeline/control/control_engine.hpp"
 #include "pipeline/exec/cpu_executor.hpp"
 #include "pipeline/exec/cuda_executor.hpp"
+#include "pipeline/exec/device.hpp"
 #include "pipeline/workloads.hpp"
 #include "tests/gpu/gpu_support.hpp"
 
@@ -212,6 +214,54 @@ TEST(Engine, PinnedUploadsMatchTheCpuWithAlignedAndUnalignedRows) {
               << (graphs ? "graph" : "stream") << " frame " << i << " output " << plans[k].name;
       }
     }
+  }
+}
+
+TEST(Engine, DeviceFramesWrittenOnTheFramesStreamAreReadAfterTheWrite) {
+  // As a pipeline's NVDEC decoder does: each frame is written on the executor's frames stream
+  // (asynchronously, from pinned memory, over planes poisoned beforehand) and submitted at once,
+  // with no event and no host wait: stream order alone must put the write before the kernels.
+  const Frames f = make_frames();
+  const auto plans = plans_for(f.info);
+  const ops::ColorParams color = make_color_params(ColorSpec{}, f.info);
+  CpuExecutor cpu(0);
+  cpu.setup(f.info, color, plans, 1);
+  const EngineRun ref = run_all(f, cpu, plans, true);
+  const std::shared_ptr<CUstream_st> stream = make_frames_stream(DeviceSpec{DeviceKind::Cuda, 0});
+  ASSERT_TRUE(stream);
+  for (const bool graphs : {true, false}) {
+    SCOPED_TRACE(graphs ? "graphs" : "stream launches");
+    std::vector<DeviceImage> frames;
+    for (int i = 0; i < kFrames; ++i) {
+      frames.push_back(upload(f.host[size_t(i)]));
+      for (const auto& plane : frames.back().planes)
+        cuda::check(cudaMemset(plane.as(), 0xA5, plane.size()), "test: poison the frame");
+    }
+    CudaExecutor gpu(0, {.in_flight = 2, .graphs = graphs, .frames_stream = stream.get()});
+    gpu.setup(f.info, color, plans, 1);
+    std::vector<Outputs> got;
+    const auto complete_one = [&] {
+      got.push_back(poisoned_outputs(plans, 1));
+      gpu.complete(pointers(got.back()));
+    };
+    constexpr FrameMemory kDevice = FrameMemory::Device;
+    for (int i = 0; i < kFrames; ++i) {
+      if (gpu.in_flight() == gpu.max_in_flight()) complete_one();
+      const ops::ImageView& src = f.pinned[size_t(i)].view;
+      const ops::ImageView& dst = frames[size_t(i)].view;
+      for (int p = 0; p < ops::plane_count(f.info.format); ++p) {
+        const auto shape = ops::plane_shape(f.info.format, f.info.width, f.info.height, p);
+        cuda::check(cudaMemcpy2DAsync(const_cast<uint8_t*>(dst.data[p]), dst.pitch[p], src.data[p], src.pitch[p],
+                                      shape.row_bytes, shape.rows, cudaMemcpyHostToDevice, stream.get()),
+                    "test: write the frame on the frames stream");
+      }
+      gpu.submit({&dst, 1}, {&kDevice, 1}, {});
+    }
+    while (gpu.in_flight() > 0) complete_one();
+    for (int i = 0; i < kFrames; ++i)
+      for (size_t k = 0; k < plans.size(); ++k)
+        EXPECT_TRUE(matches_cpu(got[size_t(i)][k], ref.outputs[size_t(i)][k], plans[k].params.store.dtype))
+            << "frame " << i << " output " << plans[k].name;
   }
 }
 

@@ -1,7 +1,8 @@
 //! NVDEC against software decoding of the sample clip (samples/sample_720p.mp4, made by
 //! tools/make_sample_clip): the same pixels (H.264 decoding is exact), the same tensors through the
-//! CUDA executor (NVDEC surfaces read in place vs pinned pool frames vs staged host frames), and one
-//! shared CUDA context for every decoder of a GPU. Skipped (exit 77 when only these run) where the
+//! CUDA executor (NVDEC surfaces read in place vs pinned pool frames vs staged host frames; frames
+//! copied on the executor's own stream vs the legacy default stream), and one shared CUDA context
+//! for every decoder of a GPU. Skipped (exit 77 when only these run) where the
 //! clip has not been made.
 #include <gtest/gtest.h>
 
@@ -16,6 +17,7 @@
 #include "pipeline/decode/cuda_device_context.hpp"
 #include "pipeline/decode/video_source.hpp"
 #include "pipeline/exec/cuda_executor.hpp"
+#include "pipeline/exec/device.hpp"
 #include "tests/gpu/gpu_support.hpp"
 #include "pipeline/workloads.hpp"
 #include "tests/support/media_fixtures.hpp"
@@ -139,6 +141,64 @@ TEST_F(Nvdec, TensorsMatchSoftwareDecodeThroughTheCudaExecutor) {
   for (size_t k = 0; k < plans.size(); ++k) {
     EXPECT_TRUE(same_bytes(direct[k], staged[k])) << "output " << specs[k].name << ": pinned vs staged upload";
     EXPECT_TRUE(matches_cpu(in_place[k], staged[k], specs[k].dtype)) << "output " << specs[k].name << ": NVDEC";
+  }
+}
+
+TEST_F(Nvdec, FramesCopiedOnTheExecutorsStreamGiveTheSameTensors) {
+  // As a pipeline runs: the decoder copies its frames on the executor's frames stream, and each
+  // frame is submitted as soon as it is read (two in flight), with no event; against the shared
+  // context's frames (legacy default stream, one batch after decoding).
+  const auto surfaces = decode(clip, nvdec());
+  ASSERT_EQ(surfaces.size(), size_t(kFrames));
+  const FrameInfo& info = surfaces[0].info;
+  const std::vector<OutputSpec> specs{workloads::classify_spec(), workloads::detect_spec()};
+  std::vector<OutputPlan> plans;
+  for (const auto& s : specs) plans.push_back(make_output_plan(s, info, "nvdec/" + s.name));
+  std::vector<ops::ImageView> views;
+  std::vector<FrameMemory> memory;
+  for (const auto& f : surfaces) {
+    views.push_back(f.view);
+    memory.push_back(f.memory);
+  }
+  auto legacy = poisoned_outputs(plans, kFrames);
+  {
+    CudaExecutor gpu(0);
+    gpu.setup(info, make_color_params(ColorSpec{}, info), plans, kFrames);
+    gpu.process_frames(views, memory, pointers(legacy));
+  }
+
+  const std::shared_ptr<CUstream_st> stream = make_frames_stream(DeviceSpec{DeviceKind::Cuda, 0});
+  DecodeOptions options = nvdec();
+  options.cuda_stream = stream;
+  SourceSpec spec;
+  spec.uri = clip.string();
+  spec.max_frames = kFrames;
+  VideoSource source(spec, "nvdec-stream", options);
+  source.open();
+  CudaExecutor gpu(0, {.in_flight = 2, .frames_stream = stream.get()});
+  gpu.setup(info, make_color_params(ColorSpec{}, info), plans, 1);
+  std::vector<std::vector<std::vector<std::byte>>> got;
+  std::vector<DecodedFrame> decoded;
+  const auto complete_one = [&] {
+    got.push_back(poisoned_outputs(plans, 1));
+    gpu.complete(pointers(got.back()));
+  };
+  while (auto f = source.read()) {
+    ASSERT_EQ(f->memory, FrameMemory::Device);
+    if (gpu.in_flight() == gpu.max_in_flight()) complete_one();
+    gpu.submit({&f->view, 1}, {&f->memory, 1}, {&f->owner, 1});
+    decoded.push_back(std::move(*f));
+  }
+  while (gpu.in_flight() > 0) complete_one();
+  ASSERT_EQ(got.size(), size_t(kFrames));
+  for (int b = 0; b < kFrames; ++b) {
+    EXPECT_TRUE(tight_planes(to_host(decoded[size_t(b)])) == tight_planes(to_host(surfaces[size_t(b)])))
+        << "frame " << b << ": the same pixels, transferred on the frames stream";
+    for (size_t k = 0; k < plans.size(); ++k) {
+      const size_t bytes = plans[k].bytes_per_frame;
+      EXPECT_TRUE(same_bytes(got[size_t(b)][k], std::span(legacy[k]).subspan(size_t(b) * bytes, bytes)))
+          << "frame " << b << " output " << specs[k].name;
+    }
   }
 }
 

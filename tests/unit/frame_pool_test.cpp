@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <mutex>
@@ -132,6 +133,42 @@ TEST(FramePoolSlots, DefaultSizeCoversDecoderQueueAndFramesInFlight) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int auto_threads = cores > 1 ? std::min(cores + 1, 16) : 1;
   EXPECT_EQ(default_pool_frames(4, 0, true), 17 + auto_threads - 1 + 4 + 3);
+}
+
+TEST(FramePoolSlots, SoftwareDecodersSharingTheHostSplitItsCores) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  EXPECT_EQ(shared_decoder_threads(1), 0) << "one decoder: FFmpeg's own count";
+  for (const int n : {2, 3, 4, 7, 16, 64, 1000}) {
+    SCOPED_TRACE(fmt::format("{} decoders on {} cores", n, cores));
+    const int t = shared_decoder_threads(n);
+    EXPECT_GE(t, 1);
+    EXPECT_LE(t, 16);
+    if (t > 1) EXPECT_LE(n * t, cores) << "together they use no more threads than cores";
+    if (n * 2 <= cores && cores / n <= 16)
+      EXPECT_GT(n * (t + 1), cores) << "and leave no core idle that a thread could use";
+  }
+}
+
+TEST(FramePoolSlots, DecodeOptionsGiveFileDecodersTheirShareAndPoolForIt) {
+  PipelineSpec file;
+  file.source.uri = "clip.mp4";
+  file.queue_depth = 3;
+  const DeviceSpec cpu{DeviceKind::Cpu, 0}, gpu{DeviceKind::Cuda, 0};
+  const DecodeOptions shared = decode_options(file, cpu, 4);
+  EXPECT_EQ(shared.threads, shared_decoder_threads(4));
+  EXPECT_EQ(shared.pool->capacity(), default_pool_frames(3, shared.threads, true));
+  EXPECT_EQ(decode_options(file, cpu).threads, 0) << "alone: FFmpeg's own count";
+  PipelineSpec camera = file;
+  camera.source.kind = SourceKind::Rtsp;
+  const DecodeOptions live = decode_options(camera, cpu, 4);
+  EXPECT_EQ(live.threads, 0) << "live sources keep FFmpeg's slice threads";
+  EXPECT_EQ(live.pool->capacity(), default_pool_frames(3, 0, false));
+
+  EXPECT_TRUE(decodes_file_in_software(file, cpu));
+  EXPECT_FALSE(decodes_file_in_software(file, gpu)) << "auto on a GPU: NVDEC, one thread";
+  EXPECT_FALSE(decodes_file_in_software(camera, cpu)) << "slice threads hold no frames";
+  file.decoder = DecoderKind::Cpu;
+  EXPECT_TRUE(decodes_file_in_software(file, gpu));
 }
 
 // ---- decoding into the pool ----
