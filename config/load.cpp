@@ -394,9 +394,7 @@ HttpConfig read_http(const Value& v) {
   if (const auto x = m.get("enabled")) c.enabled = x->boolean();
   if (const auto x = m.get("bind")) {
     c.bind = x->text();
-    unsigned char buf[sizeof(in6_addr)];
-    if (inet_pton(AF_INET, c.bind.c_str(), buf) != 1 && inet_pton(AF_INET6, c.bind.c_str(), buf) != 1)
-      x->fail(fmt::format("'{}' is not an IPv4 or IPv6 address", c.bind));
+    if (!is_ip_address(c.bind)) x->fail(fmt::format("'{}' is not an IPv4 or IPv6 address", c.bind));
   }
   if (const auto x = m.get("port")) c.port = static_cast<uint16_t>(x->integer(1, 65535));
   if (const auto x = m.get("max_connections")) c.max_connections = static_cast<int>(x->integer(1, 100000));
@@ -887,6 +885,11 @@ DaemonConfig read_daemon(const Value& root) {
 }
 
 }  // namespace
+
+bool is_ip_address(const std::string& s) {
+  unsigned char buf[sizeof(in6_addr)];
+  return inet_pton(AF_INET, s.c_str(), buf) == 1 || inet_pton(AF_INET6, s.c_str(), buf) == 1;
+}
 
 DeviceSpec parse_device(std::string_view s) {
   if (s == "auto") return {DeviceKind::Auto, 0};

@@ -23,4 +23,8 @@ std::string default_config_yaml();
 //! "auto" | "cpu" | "cuda" (= cuda:0) | "cuda:N". Throws ConfigError naming the bad text.
 DeviceSpec parse_device(std::string_view s);
 
+//! Whether `s` is a numeric IPv4 or IPv6 address (what `http.bind` accepts).
+bool is_ip_address(const std::string& s);
+
+
 }  // namespace framefuse::config

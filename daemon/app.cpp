@@ -51,6 +51,7 @@ void App::apply_overrides(config::DaemonConfig& c) const {
     for (auto& g : c.batching) g.device.reset();     // and every batch group
   }
   if (overrides_.log_level) c.log.level = *overrides_.log_level;
+  if (overrides_.http_bind) c.http.bind = *overrides_.http_bind;
   if (overrides_.http_port) c.http.port = static_cast<uint16_t>(*overrides_.http_port);
   if (overrides_.no_http) c.http.enabled = false;
 }

@@ -20,7 +20,7 @@ namespace framefuse::daemon {
 
 //! Command-line values that win over the file (they survive reloads).
 struct Overrides {
-  std::optional<std::string> device, log_level;
+  std::optional<std::string> device, log_level, http_bind;
   std::optional<int> http_port;
   bool no_http = false;
 };

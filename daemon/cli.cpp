@@ -12,7 +12,7 @@ std::string usage() {
 
 Usage:
   framefused run --config FILE [--device auto|cpu|cuda[:N]] [--log-level LEVEL]
-                               [--http-port PORT] [--no-http]
+                               [--http-bind ADDRESS] [--http-port PORT] [--no-http]
   framefused check-config FILE       validate a config file and exit (0 = valid)
   framefused print-default-config    print every config key with its default
   framefused bench --clip FILE [--streams N] [--frames N] [--decoder auto|nvdec|cpu]
@@ -85,6 +85,10 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
         o.device = value(flag);
       } else if (flag == "--log-level") {
         o.log_level = value(flag);
+      } else if (flag == "--http-bind") {
+        o.http_bind = value(flag);
+        if (!config::is_ip_address(*o.http_bind))
+          throw std::invalid_argument(flag + ": '" + *o.http_bind + "' is not an IPv4 or IPv6 address");
       } else if (flag == "--http-port") {
         o.http_port = static_cast<int>(parse_int(flag, value(flag), 0, 65535, "a port number (0-65535)"));
       } else if (flag == "--no-http") {

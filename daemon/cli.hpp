@@ -15,6 +15,7 @@ struct CliOptions {
   std::string config_path;
   std::optional<std::string> device;      //!< --device cpu|cuda[:N]|auto, overrides the config
   std::optional<std::string> log_level;   //!< --log-level, overrides the config
+  std::optional<std::string> http_bind;   //!< --http-bind, overrides the config (e.g. 0.0.0.0 in a container)
   std::optional<int> http_port;           //!< --http-port, overrides the config (0 = ephemeral)
   bool no_http = false;                   //!< --no-http
   BenchOptions bench;                     //!< bench: its options (clip not yet checked to exist)

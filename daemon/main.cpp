@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
     return fail(2, e.what());
   }
   try {
-    ff::daemon::App app(std::move(config), {cli.device, cli.log_level, cli.http_port, cli.no_http});
+    ff::daemon::App app(std::move(config), {cli.device, cli.log_level, cli.http_bind, cli.http_port, cli.no_http});
     return app.run();
   } catch (const ff::ConfigError& e) {
     return fail(2, e.what());

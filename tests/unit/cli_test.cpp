@@ -17,13 +17,15 @@ using Args = std::vector<std::string>;
 
 TEST(Cli, RunOptions) {
   const auto o = parse_cli({"run", "--config", "a.yaml", "--device", "cuda:1", "--log-level", "debug",
-                            "--http-port", "9100", "--no-http"});
+                            "--http-bind", "0.0.0.0", "--http-port", "9100", "--no-http"});
   EXPECT_EQ(o.command, Command::Run);
   EXPECT_EQ(o.config_path, "a.yaml");
   EXPECT_EQ(o.device, "cuda:1");
   EXPECT_EQ(o.log_level, "debug");
+  EXPECT_EQ(o.http_bind, "0.0.0.0");
   EXPECT_EQ(o.http_port, 9100);
   EXPECT_TRUE(o.no_http);
+  EXPECT_EQ(parse_cli({"run", "--config", "a.yaml", "--http-bind", "::"}).http_bind, "::");
 }
 
 TEST(Cli, BenchDefaults) {
@@ -76,6 +78,8 @@ TEST(Cli, BadUsageIsOneLineNamingTheProblem) {
       {{"run"}, "run needs --config FILE"},
       {{"run", "--config", "a.yaml", "--http-port", "70000"}, "--http-port: '70000' is not a port number"},
       {{"run", "--config", "a.yaml", "--http-port", "80x"}, "--http-port: '80x'"},
+      {{"run", "--config", "a.yaml", "--http-bind", "localhost"}, "--http-bind: 'localhost' is not an IPv4 or IPv6 address"},
+      {{"run", "--config", "a.yaml", "--http-bind"}, "option --http-bind needs a value"},
       {{"check-config"}, "check-config needs a FILE"},
       {{"bench"}, "bench needs --clip FILE"},
       {{"bench", "--streams", "2"}, "bench needs --clip FILE"},

@@ -171,6 +171,27 @@ TEST(FramePoolSlots, DecodeOptionsGiveFileDecodersTheirShareAndPoolForIt) {
   EXPECT_TRUE(decodes_file_in_software(file, gpu));
 }
 
+TEST(FramePoolSlots, RunnersOfSoftwareDecodedFilesShareTheCoresWhileTheyLive) {
+  PipelineSpec file;
+  file.source.uri = "clip.mp4";
+  PipelineSpec camera = file;
+  camera.source.kind = SourceKind::Rtsp;
+  const DeviceSpec cpu{DeviceKind::Cpu, 0};
+  DecoderShare share;
+  EXPECT_EQ(share.threads(), 0) << "no member yet: a decoder opening now is alone";
+  {
+    PipelineRunner a(file, cpu, 1, nullptr, &share), b(file, cpu, 1, nullptr, &share);
+    PipelineRunner live(camera, cpu, 1, nullptr, &share), outside(file, cpu, 1);
+    EXPECT_EQ(share.threads(), shared_decoder_threads(2)) << "two files decoded in software; the camera is no member";
+    {
+      PipelineRunner c(file, cpu, 1, nullptr, &share);
+      EXPECT_EQ(share.threads(), shared_decoder_threads(3));
+    }
+    EXPECT_EQ(share.threads(), shared_decoder_threads(2)) << "a runner leaves when it is destroyed";
+  }
+  EXPECT_EQ(share.threads(), 0);
+}
+
 // ---- decoding into the pool ----
 
 class FramePoolDecode : public ::testing::Test {
