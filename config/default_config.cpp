@@ -66,7 +66,7 @@ pipelines:                         # at least one
       frames_per_file: 1           # npy: frames stacked per file, shape [N, ...]
     control:                       # per-frame statistics and control loops; a section given is on unless enabled: false
       enabled: false               # luma, histogram, motion per frame and output window (on a 128x72 luma thumbnail)
-      delay_frames: 1              # the control of frame n uses the statistics of frame n - delay_frames (1..64)
+      delay_frames: 2              # the control of frame n uses the statistics of frame n - delay_frames (1..64)
       auto_gain:
         enabled: false             # drive outputs' mean luma toward target (PI controller, gain before normalize)
         outputs: []                # outputs it drives ([] = all)

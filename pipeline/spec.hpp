@@ -134,7 +134,9 @@ struct HealthSpec {
 //! reads the statistics of frame n - delay_frames.
 struct ControlSpec {
   bool enabled = false;
-  int32_t delay_frames = 1;           //!< >= 1
+  //! >= 1. 2 by default: on a GPU the loops then run beside the next frame's pass instead of
+  //! waiting inside each frame's launch for its own statistics (pipeline/control/fused_control.hpp).
+  int32_t delay_frames = 2;
   AutoGainSpec auto_gain;
   RoiFollowSpec roi_follow;
   HealthSpec health;

@@ -149,8 +149,9 @@ TEST(Engine, ControlRunsInFrameOrderInBothModes) {
   const Frames f = make_frames();
   const auto plans = plans_for(f.info);
   const ops::ColorParams color = make_color_params(ColorSpec{}, f.info);
-  ControlSpec spec;
+  ControlSpec spec;   // d = 1: each frame's record is complete when its outputs are
   spec.enabled = true;
+  spec.delay_frames = 1;
   spec.auto_gain.enabled = true;
   spec.auto_gain.max_step = 0.5;
   spec.health.enabled = true;

@@ -565,8 +565,9 @@ TEST(AutoGain, DrivesOnlyItsOutputsAndHoldsOnBlack) {
 // roi_follow
 
 TEST(RoiFollow, MovesByHandComputedStepsWithDeadBandAndHold) {
-  // Window 64x64 planned at (128, 58): centre (160, 90). Bounds: the whole frame.
+  // Window 64x64 planned at (128, 58): centre (160, 90). Bounds: the whole frame. d = 1.
   ControlSpec spec;
+  spec.delay_frames = 1;
   spec.roi_follow.enabled = true;
   spec.roi_follow.output = "win";
   spec.roi_follow.smoothing = 0.5;
