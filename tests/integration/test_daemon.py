@@ -235,6 +235,22 @@ class DaemonTest(unittest.TestCase):
         r = run("check-config", str(cfg))
         self.assertEqual(r.returncode, 0, r.stderr)
 
+    def test_kubernetes_manifest_config_is_valid(self):
+        # docker/kubernetes.yaml embeds the daemon's config in a ConfigMap (a literal block up to the
+        # next document) and probes the daemon's own endpoints on the port it binds for the pod.
+        manifest = (Path(__file__).resolve().parents[2] / "docker" / "kubernetes.yaml").read_text()
+        block = manifest.split("framefused.yaml: |\n", 1)[1].split("\n---", 1)[0]
+        cfg = self.write_config("kubernetes.yaml", block)
+        r = run("check-config", str(cfg), env={**os.environ, "CAMERA_PASSWORD": "secret"})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = run("check-config", str(cfg), env={k: v for k, v in os.environ.items() if k != "CAMERA_PASSWORD"})
+        self.assertEqual(r.returncode, 2, "the password comes from the Secret: without it the config is refused")
+        self.assertIn("CAMERA_PASSWORD", r.stderr)
+        self.assertIn('"--http-bind", "0.0.0.0"', manifest)
+        for path in ("/livez", "/readyz", "/metrics"):
+            self.assertIn(path, manifest)
+        self.assertIn('"--http-bind", "0.0.0.0"', (Path(__file__).resolve().parents[2] / "docker" / "Dockerfile").read_text())
+
     def assert_one_line_error(self, r, pattern, status=2):
         self.assertEqual(r.returncode, status, r.stdout + r.stderr)
         lines = [l for l in r.stderr.splitlines() if l.strip()]
