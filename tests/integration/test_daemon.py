@@ -206,7 +206,7 @@ class DaemonTest(unittest.TestCase):
         self.assertRegex(r.stdout, r"pipeline / decode ceiling = \d+\.\d %")
         result = json.loads(out.read_text())
         self.assertEqual((result["streams"], result["frames_per_stream"], result["device"]), (2, 30, "cpu"))
-        for phase in ("decode", "pipeline"):
+        for phase in ("decode", "pipeline", "decode_again"):
             p = result[phase]
             self.assertEqual(p["frames"], 60, phase)   # 30 per stream: the 20-frame clip loops
             self.assertGreater(p["fps"], 0, phase)
@@ -216,7 +216,8 @@ class DaemonTest(unittest.TestCase):
             self.assertEqual(p["decoder"], "cpu", phase)
         self.assertGreater(result["pipeline"]["cpu_ms_per_frame"], 0)
         self.assertTrue(0 < result["ratio"] <= 2, result["ratio"])
-        self.assertAlmostEqual(result["ratio"], result["pipeline"]["fps"] / result["decode"]["fps"], places=6)
+        ceiling = max(result["decode"]["fps"], result["decode_again"]["fps"])   # the faster decode run
+        self.assertAlmostEqual(result["ratio"], result["pipeline"]["fps"] / ceiling, places=6)
         lat = result["pipeline"]
         self.assertIn(lat["latency_p50_ms"], [1e3 * b for b in (0.0001, 0.0002, 0.0003, 0.0005, 0.00075, 0.001,
                                                                  0.0015, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2,
