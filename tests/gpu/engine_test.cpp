@@ -115,13 +115,18 @@ EngineRun run_all(const Frames& f, Executor& exec, std::span<const OutputPlan> p
   return run;
 }
 
+//! The CPU executor's run of every frame (from host memory): the reference of the GPU runs.
+EngineRun cpu_reference(const Frames& f, const ops::ColorParams& color, std::span<const OutputPlan> plans) {
+  CpuExecutor cpu(0);
+  cpu.setup(f.info, color, plans, 1);
+  return run_all(f, cpu, plans, true);
+}
+
 TEST(Engine, GraphReplayEqualsStreamLaunchEqualsCpu) {
   const Frames f = make_frames();
   const auto plans = plans_for(f.info);
   const ops::ColorParams color = make_color_params(ColorSpec{}, f.info);
-  CpuExecutor cpu(0);
-  cpu.setup(f.info, color, plans, 1);
-  const EngineRun ref = run_all(f, cpu, plans, true);
+  const EngineRun ref = cpu_reference(f, color, plans);
 
   for (const int in_flight : {1, 2, 3}) {
     std::vector<EngineRun> runs;
@@ -225,9 +230,7 @@ TEST(Engine, DeviceFramesWrittenOnTheFramesStreamAreReadAfterTheWrite) {
   const Frames f = make_frames();
   const auto plans = plans_for(f.info);
   const ops::ColorParams color = make_color_params(ColorSpec{}, f.info);
-  CpuExecutor cpu(0);
-  cpu.setup(f.info, color, plans, 1);
-  const EngineRun ref = run_all(f, cpu, plans, true);
+  const EngineRun ref = cpu_reference(f, color, plans);
   const std::shared_ptr<CUstream_st> stream = make_frames_stream(DeviceSpec{DeviceKind::Cuda, 0});
   ASSERT_TRUE(stream);
   for (const bool graphs : {true, false}) {
@@ -333,9 +336,7 @@ TEST(Engine, ReSetupWithFramesInFlightDrainsAndRecaptures) {
   gpu.setup(f.info, color, plans, 1);
   EXPECT_EQ(gpu.in_flight(), 0);
   EXPECT_TRUE(held.expired());
-  CpuExecutor cpu(0);
-  cpu.setup(f.info, color, plans, 1);
-  const EngineRun ref = run_all(f, cpu, plans, true);
+  const EngineRun ref = cpu_reference(f, color, plans);
   const EngineRun got = run_all(f, gpu, plans);
   EXPECT_EQ(gpu.captures(), 8) << "each setup captures twice per slot (with and without the upload)";
   for (int i = 0; i < kFrames; ++i)
