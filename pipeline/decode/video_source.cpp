@@ -122,6 +122,7 @@ struct VideoSource::Impl {
   std::atomic<DecoderKind> in_use{DecoderKind::Cpu};
   std::atomic<bool> nvdec_wanted{false};   //!< NVDEC set up at open and not given up
   std::atomic<bool> nvdec_chosen{false};   //!< get_format picked CUDA at least once
+  std::atomic<int> format_choices{0};      //!< get_format calls: one per decoder (re)initialisation
   std::mutex fatal_mu;
   std::string fatal;
 
@@ -138,7 +139,8 @@ struct VideoSource::Impl {
 
   // Reading state. pts_seconds stays continuous across loops: each restart adds the pass length.
   int64_t next_index = 0;
-  int64_t frames_this_pass = 0;
+  int passes_without_frame = 0;   //!< loop rewinds since the last received frame
+  int pending_passes = 0;         //!< loop rewinds whose first frame has not come out yet
   bool input_eof = false;
   double loop_offset = 0;
   double pass_first_pts = NAN, last_pts = NAN, last_step = 0;
@@ -243,6 +245,7 @@ struct VideoSource::Impl {
     // Frame threads hold frames back (one per thread); live sources prefer slice threads.
     if (rtsp()) codec->thread_type = FF_THREAD_SLICE;
     codec->opaque = this;
+    codec->get_format = &Impl::get_format;   // counts set-ups; picks CUDA only when setup_nvdec() wants it
     if (opts.pool) codec->get_buffer2 = &Impl::get_buffer;
     setup_nvdec(*dec);
     if ((err = avcodec_open2(codec.get(), dec, nullptr)) < 0)
@@ -262,7 +265,6 @@ struct VideoSource::Impl {
     } else {
       try {
         codec->hw_device_ctx = cuda_decode_device(opts.cuda_device, opts.cuda_stream);
-        codec->get_format = &Impl::get_format;
         // NVDEC decodes on the chip; one CPU thread parses. Frame threads would only hold frames
         // back and multiply surfaces (and FFmpeg 5.1's hwaccel + frame threading handed out
         // surfaces without data on the H200).
@@ -305,6 +307,7 @@ struct VideoSource::Impl {
   //! CUDA when NVDEC is wanted, offered and outputs a layout the ops read; else the software
   //! format. FFmpeg asks again, without CUDA, when the hwaccel fails to set up for the stream.
   AVPixelFormat choose_format(const AVCodecContext& c, const AVPixelFormat* formats) noexcept {
+    format_choices.fetch_add(1, std::memory_order_relaxed);
     bool cuda = false;
     AVPixelFormat software = AV_PIX_FMT_NONE;
     for (const AVPixelFormat* f = formats; *f != AV_PIX_FMT_NONE; ++f) {
@@ -374,19 +377,21 @@ struct VideoSource::Impl {
     return err;
   }
 
-  //! Called when the decoder is drained at the end of the input. True: keep reading (looped).
-  bool restart_at_end() {
-    if (interrupted) return false;
-    if (rtsp()) fail("stream ended by the server");
-    if (!spec.loop) return false;
-    if (frames_this_pass == 0) fail("loop: no frame could be decoded in a whole pass");
+  //! A whole pass that yields no frame, this many times in a row, ends a looped source.
+  static constexpr int kMaxEmptyPasses = 3;
+
+  //! At the end of a looped file's input: back to its start, and the decoder goes on as if the
+  //! clip were concatenated to itself. It is neither drained nor flushed: a flush makes FFmpeg's
+  //! H.264 decoder set itself up again on the next slice, and with NVDEC that re-creates the
+  //! hardware decoder and frees its surfaces (a device-wide synchronisation) on every loop. The
+  //! frames the decoder still holds come out before the new pass's first (which starts with a
+  //! keyframe); frame_pts() finds that first frame by its timestamp. False: not looped.
+  bool rewind_for_loop() {
+    if (interrupted || rtsp() || !spec.loop) return false;
+    if (++passes_without_frame > kMaxEmptyPasses) fail("loop: no frame could be decoded in a whole pass");
     const int err = seek_to_start();
     if (err < 0) fail(fmt::format("cannot seek back to the start to loop ({})", av_error(err)));
-    avcodec_flush_buffers(codec.get());
-    loop_offset += last_pts - pass_first_pts + last_step;
-    pass_first_pts = last_pts = NAN;
-    frames_this_pass = 0;
-    input_eof = false;
+    ++pending_passes;
     return true;
   }
 
@@ -395,9 +400,9 @@ struct VideoSource::Impl {
     for (;;) {
       int err = avcodec_receive_frame(codec.get(), frame.get());
       if (err == 0) return true;
-      if (err == AVERROR_EOF) {
-        if (!restart_at_end()) return false;
-        continue;
+      if (err == AVERROR_EOF) {   // drained: the input ended and is not looped
+        if (!interrupted && rtsp()) fail("stream ended by the server");
+        return false;
       }
       if (err != AVERROR(EAGAIN)) {   // a frame the decoder rejected: count, go on
         if (interrupted) return false;
@@ -412,6 +417,7 @@ struct VideoSource::Impl {
         err = AVERROR_EXIT;
       }
       if (err == AVERROR_EOF || (err < 0 && !rtsp() && format->pb && avio_feof(format->pb))) {
+        if (rewind_for_loop()) continue;
         input_eof = true;
         avcodec_send_packet(codec.get(), nullptr);   // drain
         continue;
@@ -438,6 +444,10 @@ struct VideoSource::Impl {
     const double raw = ts != AV_NOPTS_VALUE ? ts * time_base : (std::isnan(last_pts) ? 0 : last_pts + step);
     if (std::isnan(pass_first_pts)) {
       pass_first_pts = raw;
+    } else if (pending_passes > 0 && raw < last_pts) {   // the first frame after a loop rewind
+      loop_offset += last_pts - pass_first_pts + last_step;
+      pass_first_pts = raw;
+      --pending_passes;
     } else if (raw > last_pts) {
       last_step = raw - last_pts;
     }
@@ -545,7 +555,7 @@ struct VideoSource::Impl {
     if (!decode_next()) return std::nullopt;
     deadline_ns = 0;
     const double pts = frame_pts();
-    ++frames_this_pass;
+    passes_without_frame = 0;
     std::optional<DecodedFrame> d = wrap();
     if (!d) return std::nullopt;
     d->index = next_index++;
@@ -585,6 +595,8 @@ int VideoSource::decode_surfaces() const {
   if (!c || !c->hw_frames_ctx) return 0;
   return reinterpret_cast<const AVHWFramesContext*>(c->hw_frames_ctx->data)->initial_pool_size;
 }
+
+int VideoSource::decoder_setups() const { return impl_->format_choices.load(std::memory_order_relaxed); }
 
 int VideoSource::decoder_threads() const { return impl_->codec ? impl_->codec->thread_count : 0; }
 

@@ -114,6 +114,9 @@ class VideoSource {
   //! NVDEC: the decode surfaces of the current stream (its frames context's pool size), after the
   //! first frame; 0 in software. Same thread as read().
   int decode_surfaces() const;
+  //! Times the decoder set itself up for the stream so far (FFmpeg's get_format: once at the first
+  //! frame, again on a mid-stream change or an NVDEC fallback; a loop does not count). Thread-safe.
+  int decoder_setups() const;
   //! The decoder's threads (after open(); FFmpeg's own count where it chose). Same thread as read().
   int decoder_threads() const;
 

@@ -1,8 +1,8 @@
 //! NVDEC against software decoding of the sample clip (samples/sample_720p.mp4, made by
 //! tools/make_sample_clip): the same pixels (H.264 decoding is exact), the same tensors through the
 //! CUDA executor (NVDEC surfaces read in place vs pinned pool frames vs staged host frames; frames
-//! copied on the executor's own stream vs the legacy default stream), and one shared CUDA context
-//! for every decoder of a GPU. Skipped (exit 77 when only these run) where the
+//! copied on the executor's own stream vs the legacy default stream), one shared CUDA context
+//! for every decoder of a GPU, and a looped clip that keeps its decoder. Skipped (exit 77 when only these run) where the
 //! clip has not been made.
 #include <gtest/gtest.h>
 
@@ -200,6 +200,38 @@ TEST_F(Nvdec, FramesCopiedOnTheExecutorsStreamGiveTheSameTensors) {
           << "frame " << b << " output " << specs[k].name;
     }
   }
+}
+
+TEST_F(Nvdec, LoopedClipKeepsItsDecoder) {
+  // A looped file goes on with the same NVDEC decoder (no flush at the loop, which would make
+  // FFmpeg re-create it and free its surfaces every pass): each pass gives the first pass's
+  // pixels, timestamps go on at the clip's rate.
+  SourceSpec spec;
+  spec.uri = clip.string();
+  spec.loop = true;
+  spec.max_frames = 200;
+  VideoSource source(spec, "nvdec-loop", nvdec());
+  source.open();
+  std::vector<Planes> first_pass;
+  std::vector<double> pts;
+  int64_t pass_frames = 0;
+  while (auto f = source.read()) {
+    ASSERT_EQ(f->memory, FrameMemory::Device);
+    pts.push_back(f->pts_seconds);
+    const int64_t i = f->index;
+    if (i > 0 && pass_frames == 0 && tight_planes(to_host(*f)) == first_pass.front()) pass_frames = i;
+    if (pass_frames == 0) {
+      first_pass.push_back(tight_planes(to_host(*f)));
+    } else {
+      EXPECT_TRUE(tight_planes(to_host(*f)) == first_pass[size_t(i % pass_frames)]) << "frame " << i;
+    }
+  }
+  ASSERT_EQ(pts.size(), 200u);
+  EXPECT_GT(pass_frames, 0) << "no frame equal to the first one came back";
+  EXPECT_LT(pass_frames, 100) << "the clip is shorter than two passes of 200 frames";
+  EXPECT_EQ(source.decoder(), DecoderKind::Nvdec);
+  EXPECT_EQ(source.decoder_setups(), 1) << "the decoder was set up again at a loop";
+  for (size_t i = 1; i < pts.size(); ++i) EXPECT_NEAR(pts[i] - pts[i - 1], 1.0 / 30, 1e-3) << "frame " << i;
 }
 
 TEST_F(Nvdec, DecodersShareOneContextPerGpu) {

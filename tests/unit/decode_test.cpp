@@ -167,6 +167,7 @@ TEST_F(DecodeTest, LoopRestartsAtTheStartAndKeepsCounting) {
     src.open();
     const auto frames = read_all(src);
     ASSERT_EQ(frames.size(), 25u);
+    EXPECT_EQ(src.decoder_setups(), 1) << "three passes, one decoder set-up (no flush at the loop)";
     for (int i = 0; i < 25; ++i) {
       EXPECT_EQ(frames[i].index, i);
       EXPECT_EQ(max_diff(tight_planes(frames[i]), expected[i % kFrames]), 0) << "frame " << i;
