@@ -304,9 +304,15 @@ struct VideoSource::Impl {
     return static_cast<Impl*>(c->opaque)->choose_format(*c, formats);
   }
 
+  //! NVDEC's limit on decode surfaces (CUVIDDECODECREATEINFO::ulNumDecodeSurfaces).
+  static constexpr int kNvdecMaxSurfaces = 32;
+
   //! CUDA when NVDEC is wanted, offered and outputs a layout the ops read; else the software
   //! format. FFmpeg asks again, without CUDA, when the hwaccel fails to set up for the stream.
-  AVPixelFormat choose_format(const AVCodecContext& c, const AVPixelFormat* formats) noexcept {
+  //! Choosing CUDA, it asks for opts.held_frames surfaces beyond the ones FFmpeg sizes for the
+  //! decoder itself (about refs + reordered frames + 2, which the stream now tells), as many as
+  //! NVDEC's limit leaves.
+  AVPixelFormat choose_format(AVCodecContext& c, const AVPixelFormat* formats) noexcept {
     format_choices.fetch_add(1, std::memory_order_relaxed);
     bool cuda = false;
     AVPixelFormat software = AV_PIX_FMT_NONE;
@@ -321,6 +327,8 @@ struct VideoSource::Impl {
     if (!nvdec_wanted) return software;
     if (cuda && nvdec_format(c.sw_pix_fmt)) {
       nvdec_chosen = true;
+      const int own = std::max(c.refs, 0) + std::max(c.has_b_frames, 0) + 2;
+      c.extra_hw_frames = std::clamp(opts.held_frames, 0, std::max(0, kNvdecMaxSurfaces - own));
       return AV_PIX_FMT_CUDA;
     }
     const char* profile = avcodec_profile_name(c.codec_id, c.profile);
@@ -636,6 +644,7 @@ DecodeOptions decode_options(const PipelineSpec& spec, const DeviceSpec& device,
   const int slots = spec.pool_frames > 0 ? spec.pool_frames
                                          : default_pool_frames(spec.queue_depth, decode.threads, frame_threads);
   decode.pool = FramePool::create(slots, decode.cuda_device);
+  decode.held_frames = spec.queue_depth + kFramesHeldBeyondQueue;
   return decode;
 }
 

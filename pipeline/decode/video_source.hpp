@@ -37,6 +37,11 @@ struct DecodeOptions {
   //! its frames; a pipeline gives its executor's, so stream order alone puts each frame's copy
   //! before the kernels that read it. Null: the legacy default stream (FFmpeg's default).
   std::shared_ptr<CUstream_st> cuda_stream;
+  //! NVDEC: decoded frames the consumer may hold at once (queued, in flight, kept). Each keeps one
+  //! of the decoder's surfaces until released, so the decoder gets this many beyond the ones it
+  //! needs itself (FFmpeg's extra_hw_frames), up to NVDEC's 32 in all; too few and decoding fails
+  //! ("No decoder surfaces left"). Each costs a decode surface and a frame (~6 MiB at 1080p).
+  int held_frames = 0;
   //! Called (on a decoder thread) when `auto` gives NVDEC up for software, with the reason.
   std::function<void(const std::string& reason)> on_fallback;
 };
@@ -63,8 +68,10 @@ class DecoderShare {
 
 //! How a pipeline's source decodes on its device: `spec.decoder`, the device's CUDA index (-1 on
 //! the CPU), shared_decoder_threads(`software_decoders`) for files decoded in software (live
-//! sources: FFmpeg's slice threads), and a frame pool of `spec.pool_frames` slots (0: the default
-//! size for its queue, source kind and threads). Callbacks stay unset for the caller.
+//! sources: FFmpeg's slice threads), a frame pool of `spec.pool_frames` slots (0: the default
+//! size for its queue, source kind and threads), and held_frames for its queue and
+//! kFramesHeldBeyondQueue (a batch group member's runner adds the group's). Callbacks stay unset
+//! for the caller.
 DecodeOptions decode_options(const PipelineSpec& spec, const DeviceSpec& device, int software_decoders = 1);
 
 //! Whether a pipeline of `spec` on `device` decodes a file in software with frame threads (one of

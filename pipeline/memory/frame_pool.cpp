@@ -71,14 +71,14 @@ void unlease(void* opaque, uint8_t*) { delete static_cast<FramePool::Lease*>(opa
 }  // namespace
 
 int default_pool_frames(int queue_depth, int decoder_threads, bool frame_threading) {
-  constexpr int kDecoderFrames = 17, kInFlight = 3;
+  constexpr int kDecoderFrames = 17;
   int extra = 0;
   if (frame_threading) {
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const int threads = decoder_threads > 0 ? decoder_threads : (cores > 1 ? std::min(cores + 1, 16) : 1);
     extra = threads - 1;
   }
-  return kDecoderFrames + extra + queue_depth + kInFlight;
+  return kDecoderFrames + extra + queue_depth + kFramesHeldBeyondQueue;
 }
 
 std::shared_ptr<FramePool> FramePool::create(int capacity, int cuda_device) {

@@ -79,6 +79,10 @@ class BatchGroup {
   void stop();
 
   const BatchGroupSpec& spec() const { return spec_; }
+  //! Frames of one member the group may hold at once: its whole queue, and max_batch for each batch
+  //! its executor keeps in flight (kBatchesInFlight: the CUDA executor's ring, CudaEngineOptions).
+  int frames_held() const;
+  static constexpr int kBatchesInFlight = 2;
   const DeviceSpec& device() const { return device_; }
   BatchGroupSnapshot snapshot() const;
 

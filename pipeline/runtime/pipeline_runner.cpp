@@ -115,6 +115,7 @@ void PipelineRunner::start() {
   // Decode buffers, shared by every (re)connection: software frames decode into the pool's slots
   // (pinned on CUDA devices). When it runs dry, files wait and live sources drop the oldest frame.
   DecodeOptions decode = decode_options(spec_, device_);
+  if (group_) decode.held_frames += group_->frames_held();
   if (live) {
     decode.pool->set_drop_oldest([this] {
       if (!impl_->queue.drop_oldest()) return false;

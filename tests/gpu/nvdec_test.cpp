@@ -2,13 +2,15 @@
 //! tools/make_sample_clip): the same pixels (H.264 decoding is exact), the same tensors through the
 //! CUDA executor (NVDEC surfaces read in place vs pinned pool frames vs staged host frames; frames
 //! copied on the executor's own stream vs the legacy default stream), one shared CUDA context
-//! for every decoder of a GPU, and a looped clip that keeps its decoder. Skipped (exit 77 when only these run) where the
+//! for every decoder of a GPU, a looped clip that keeps its decoder, and a decoder with surfaces
+//! for the frames its consumer holds. Skipped (exit 77 when only these run) where the
 //! clip has not been made.
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -232,6 +234,36 @@ TEST_F(Nvdec, LoopedClipKeepsItsDecoder) {
   EXPECT_EQ(source.decoder(), DecoderKind::Nvdec);
   EXPECT_EQ(source.decoder_setups(), 1) << "the decoder was set up again at a loop";
   for (size_t i = 1; i < pts.size(); ++i) EXPECT_NEAR(pts[i] - pts[i - 1], 1.0 / 30, 1e-3) << "frame " << i;
+}
+
+TEST_F(Nvdec, HeldFramesGetSurfacesOfTheirOwn) {
+  // A consumer that holds many frames at once (a deep queue, a batch group): each keeps one of
+  // the decoder's surfaces, so the decoder must get that many more (FFmpeg 5.1's default pool ran
+  // dry with 12 held: "No decoder surfaces left", then frames without data).
+  constexpr size_t kHeld = 16;   // + the clip's own 11 surfaces: within NVDEC's 32
+  constexpr int kRead = 80;
+  DecodeOptions options = nvdec();
+  options.held_frames = int(kHeld);
+  SourceSpec spec;
+  spec.uri = clip.string();
+  spec.max_frames = kRead;
+  VideoSource source(spec, "nvdec-held", options);
+  source.open();
+  const auto reference = decode(clip, software());   // the first kFrames frames
+  std::deque<DecodedFrame> held;
+  int read = 0;
+  while (auto f = source.read()) {
+    ASSERT_EQ(f->memory, FrameMemory::Device) << "frame " << read;
+    if (read < kFrames)
+      EXPECT_TRUE(nv12_as_yuv420p(tight_planes(to_host(*f))) == tight_planes(reference[size_t(read)])) << "frame " << read;
+    held.push_back(std::move(*f));
+    if (held.size() > kHeld) held.pop_front();
+    ++read;
+  }
+  EXPECT_EQ(read, kRead);
+  EXPECT_EQ(source.decode_errors(), 0u);
+  EXPECT_EQ(source.decoder(), DecoderKind::Nvdec);
+  EXPECT_GE(source.decode_surfaces(), int(kHeld));
 }
 
 TEST_F(Nvdec, DecodersShareOneContextPerGpu) {
