@@ -183,13 +183,19 @@ FF_HD void make_record(const ControlParams& p, const Slot& s, const Health::Stat
   for (int part = 0; part < kRecordParts; ++part) make_record_part(p, s, health, part, r);
 }
 
+//! close_slot() but the applied state: the slot gets iteration i = h.iteration and its region
+//! count; the counter advances to i + 1.
+FF_HD void close_slot_header(const ControlParams& p, Slot& current, RingHeader& h) {
+  current.iteration = h.iteration;
+  current.stats.num_regions = num_regions(p);
+  ++h.iteration;
+}
+
 //! Closes iteration i = h.iteration once `current` (its slot) holds its regions' statistics: the
 //! slot gets i and `used`, the state frame i's outputs got; the counter advances to i + 1.
 FF_HD void close_slot(const ControlParams& p, Slot& current, const ControlState& used, RingHeader& h) {
-  current.iteration = h.iteration;
   current.applied = used;
-  current.stats.num_regions = num_regions(p);
-  ++h.iteration;
+  close_slot_header(p, current, h);
 }
 
 //! The first half of step 3 of iteration i = b.header.iteration, once `current` (current_slot())

@@ -136,11 +136,13 @@ __device__ __forceinline__ void finalize_staged(Staged& st, int n) {
   __syncthreads();
 }
 
-//! Every thread: close_slot() of the iteration st.block's counter names, with `used` (one
-//! thread), then its record with `health` (one thread per make_record_part()).
+//! Every thread: close_slot() of the iteration st.block's counter names, with `used` (one word
+//! per thread, the header in thread 0), then its record with `health` (one thread per
+//! make_record_part()).
 __device__ __forceinline__ void close_staged(Staged& st, const ControlState& used, const Health::State& health) {
   const int tid = static_cast<int>(threadIdx.x);
-  if (tid == 0) close_slot(st.params, st.current, used, st.block.header);
+  copy_words(&st.current.applied, &used, sizeof used);
+  if (tid == 0) close_slot_header(st.params, st.current, st.block.header);
   __syncthreads();
   if (tid < kRecordParts) make_record_part(st.params, st.current, health, tid, st.record);
   __syncthreads();
@@ -150,7 +152,8 @@ __device__ __forceinline__ void close_staged(Staged& st, const ControlState& use
 //! warp 0 sums the scene distance's terms and its first lane runs health, warp 1 runs auto_gain
 //! with one lane per output, warp 2's first lane roi_follow. The slot they observe is st.current
 //! when it holds that iteration (`current` its iteration, `has_current` whether it holds one),
-//! else st.observed.
+//! else st.observed. Each part steps a copy in registers of the words of the block it owns
+//! (control_step.hpp), so its shared-memory reads need not wait for its writes, then stores them.
 __device__ __forceinline__ void run_loops(Staged& st, uint64_t step_for, bool has_current, uint64_t current) {
   static_assert(kStatsThreads >= 96 && kMaxOutputs <= 32, "three warps, one lane per output");
   const int tid = static_cast<int>(threadIdx.x);
@@ -165,11 +168,29 @@ __device__ __forceinline__ void run_loops(Staged& st, uint64_t step_for, bool ha
     if (has_before)
       for (int bin = lane; bin < kHistBins; bin += 32) d += hist_term(o->stats.region[0], st.before, bin);
     d = warp_sum(d);
-    if (lane == 0) step_health(p, *o, has_before ? hist_distance_of(d, o->stats.region[0], st.before) : 0.f, st.block);
+    if (lane == 0) {
+      ControlBlock b;
+      b.loops.health = st.block.loops.health;
+      step_health(p, *o, has_before ? hist_distance_of(d, o->stats.region[0], st.before) : 0.f, b);
+      st.block.loops.health = b.loops.health;
+    }
   } else if (o && warp == 1 && lane < p.num_outputs) {
-    step_auto_gain(p, *o, lane, st.block);
-  } else if (o && warp == 2 && lane == 0) {
-    step_roi_follow(p, *o, st.block);
+    ControlBlock b;
+    b.state.out[lane].gain = st.block.state.out[lane].gain;
+    b.loops.integral[lane] = st.block.loops.integral[lane];
+    step_auto_gain(p, *o, lane, b);
+    st.block.state.out[lane].gain = b.state.out[lane].gain;
+    st.block.loops.integral[lane] = b.loops.integral[lane];
+  } else if (o && warp == 2 && lane == 0 && (p.loops & kLoopRoiFollow)) {
+    const int k = p.roi_follow.output;   // its gain is warp 1's
+    ControlBlock b;
+    b.loops.roi = st.block.loops.roi;
+    b.state.out[k].dx = st.block.state.out[k].dx;
+    b.state.out[k].dy = st.block.state.out[k].dy;
+    step_roi_follow(p, *o, b);
+    st.block.loops.roi = b.loops.roi;
+    st.block.state.out[k].dx = b.state.out[k].dx;
+    st.block.state.out[k].dy = b.state.out[k].dy;
   }
   __syncthreads();
 }
