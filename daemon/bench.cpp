@@ -448,8 +448,8 @@ std::vector<SubmitPart> submit_parts(const DeviceSpec& device) {
       {"cudaStreamWaitEvent", per_call([&] { cuda::check(cudaStreamWaitEvent(stream, waited, 0), "wait"); })},
       {"cudaEventQuery, done", per_call([&] { cuda::check(cudaEventQuery(waited), "cudaEventQuery"); })},
       {"cudaGraphLaunch, memset node", per_call(launch(one))},
-      {"cudaGraphLaunch, memset + record node (blocking-sync event, as `ready`)", per_call(launch(ready_blocking))},
-      {"cudaGraphLaunch, memset + record node (plain event)", per_call(launch(ready_plain))},
+      {"cudaGraphLaunch, memset + record node (blocking-sync event)", per_call(launch(ready_blocking))},
+      {"cudaGraphLaunch, memset + record node (plain event, as `ready`)", per_call(launch(ready_plain))},
       {"cudaGraphLaunch, wait node (external event) + memset", per_call(launch(waits))},
   };
 }

@@ -517,7 +517,9 @@ TEST(GpuControlFused, ThumbnailAndRecordsEqualTheCpuOnEveryFormat) {
       const auto cpu_thumb = engine.previous_thumbnail();
       EXPECT_EQ(gpu.thumbnail(), std::vector<uint16_t>(cpu_thumb.begin(), cpu_thumb.end())) << "frame " << n;
       expect_same_record(gpu.record(), r);
-      if (n > 0) EXPECT_GT(r.motion, 0.f) << "frame " << n;
+      if (n > 0) {
+        EXPECT_GT(r.motion, 0.f) << "frame " << n;
+      }
     }
   }
 }

@@ -254,8 +254,9 @@ TEST_F(Nvdec, HeldFramesGetSurfacesOfTheirOwn) {
   int read = 0;
   while (auto f = source.read()) {
     ASSERT_EQ(f->memory, FrameMemory::Device) << "frame " << read;
-    if (read < kFrames)
+    if (read < kFrames) {
       EXPECT_TRUE(nv12_as_yuv420p(tight_planes(to_host(*f))) == tight_planes(reference[size_t(read)])) << "frame " << read;
+    }
     held.push_back(std::move(*f));
     if (held.size() > kHeld) held.pop_front();
     ++read;
