@@ -304,14 +304,16 @@ struct VideoSource::Impl {
     return static_cast<Impl*>(c->opaque)->choose_format(*c, formats);
   }
 
-  //! NVDEC's limit on decode surfaces (CUVIDDECODECREATEINFO::ulNumDecodeSurfaces).
-  static constexpr int kNvdecMaxSurfaces = 32;
+  //! NVDEC's limit on decode surfaces (CUVIDDECODECREATEINFO::ulNumDecodeSurfaces), and the
+  //! surfaces FFmpeg adds to the stream's references and reordered frames for its own work (3 to
+  //! guarantee 4, and 2 to spare: the estimate must not fall short, or the decoder fails to set up).
+  static constexpr int kNvdecMaxSurfaces = 32, kNvdecWorkSurfaces = 5;
 
   //! CUDA when NVDEC is wanted, offered and outputs a layout the ops read; else the software
   //! format. FFmpeg asks again, without CUDA, when the hwaccel fails to set up for the stream.
   //! Choosing CUDA, it asks for opts.held_frames surfaces beyond the ones FFmpeg sizes for the
-  //! decoder itself (about refs + reordered frames + 2, which the stream now tells), as many as
-  //! NVDEC's limit leaves.
+  //! decoder itself (references + reordered frames, which the stream now tells, + work surfaces),
+  //! as many as NVDEC's limit leaves.
   AVPixelFormat choose_format(AVCodecContext& c, const AVPixelFormat* formats) noexcept {
     format_choices.fetch_add(1, std::memory_order_relaxed);
     bool cuda = false;
@@ -327,7 +329,7 @@ struct VideoSource::Impl {
     if (!nvdec_wanted) return software;
     if (cuda && nvdec_format(c.sw_pix_fmt)) {
       nvdec_chosen = true;
-      const int own = std::max(c.refs, 0) + std::max(c.has_b_frames, 0) + 2;
+      const int own = std::max(c.refs, 1) + std::max(c.has_b_frames, 0) + kNvdecWorkSurfaces;
       c.extra_hw_frames = std::clamp(opts.held_frames, 0, std::max(0, kNvdecMaxSurfaces - own));
       return AV_PIX_FMT_CUDA;
     }
