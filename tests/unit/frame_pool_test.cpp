@@ -163,6 +163,10 @@ TEST(FramePoolSlots, DecodeOptionsGiveFileDecodersTheirShareAndPoolForIt) {
   const DecodeOptions live = decode_options(camera, cpu, 4);
   EXPECT_EQ(live.threads, 0) << "live sources keep FFmpeg's slice threads";
   EXPECT_EQ(live.pool->capacity(), default_pool_frames(3, 0, false));
+  // NVDEC surfaces for what the pipeline may hold: its queue, the executor's ring, the preview.
+  EXPECT_EQ(shared.held_frames, 3 + kFramesHeldBeyondQueue);
+  file.queue_depth = 9;
+  EXPECT_EQ(decode_options(file, gpu).held_frames, 9 + kFramesHeldBeyondQueue);
 
   EXPECT_TRUE(decodes_file_in_software(file, cpu));
   EXPECT_FALSE(decodes_file_in_software(file, gpu)) << "auto on a GPU: NVDEC, one thread";
