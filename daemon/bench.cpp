@@ -154,9 +154,9 @@ constexpr double kLatencySettleS = 1.0;
 //! What N pipelines did, summed over them.
 struct PipelinesRun {
   uint64_t frames = 0, dropped = 0;
-  //! Decode -> output latencies; of paced runs only those after the first kLatencySettleS.
-  std::array<uint64_t, kLatencyBuckets.size() + 1> latency{};
-  double latency_sum_s = 0;
+  //! Decode -> output latencies and their waits before the submit; of paced runs only those after
+  //! the first kLatencySettleS.
+  LatencyHistogram latency, queue_wait;
   std::string decoder, frame;
   bool all_frames = true;   //!< every pipeline processed max_frames frames
   //! Paced sources: the most any stream's last frame came after its due time (first frame +
@@ -207,9 +207,8 @@ PipelinesRun run_pipelines(const std::vector<PipelineSpec>& specs, const DeviceS
       const double span = 1e-9 * double(runner.stats().last_frame_ns.load() - first_ns[i]);
       run.late_s = std::max(run.late_s, span - double(want - 1) / fps);
     }
-    for (size_t b = 0; b < run.latency.size(); ++b)
-      run.latency[b] += s.latency_counts[b] - (settled[i] ? settled[i]->latency_counts[b] : 0);
-    run.latency_sum_s += s.latency_sum_s - (settled[i] ? settled[i]->latency_sum_s : 0);
+    run.latency += settled[i] ? s.latency.since(settled[i]->latency) : s.latency;
+    run.queue_wait += settled[i] ? s.queue_wait.since(settled[i]->queue_wait) : s.queue_wait;
     run.decoder = s.decoder;
     run.frame = s.frame;
   }
@@ -535,10 +534,11 @@ LiveTrial live_trial(const BenchOptions& o, const DeviceSpec& device, int stream
   t.frames = run.frames;
   t.dropped = run.dropped;
   t.late_s = run.late_s;
-  t.latency_p50_s = latency_quantile(run.latency, 0.50);
-  t.latency_p99_s = latency_quantile(run.latency, 0.99);
-  for (const uint64_t c : run.latency) t.latency_frames += c;
-  t.latency_mean_s = t.latency_frames ? run.latency_sum_s / double(t.latency_frames) : 0;
+  t.latency_p50_s = latency_quantile(run.latency.counts, 0.50);
+  t.latency_p99_s = latency_quantile(run.latency.counts, 0.99);
+  t.queue_wait_p99_s = latency_quantile(run.queue_wait.counts, 0.99);
+  t.latency_frames = run.latency.count();
+  t.latency_mean_s = t.latency_frames ? run.latency.sum_s / double(t.latency_frames) : 0;
   // A live source queues kLiveSlackFrames frames before it drops: later than that would have
   // dropped. (Latency is reported, not judged.)
   t.held = run.all_frames && run.dropped == 0 && run.late_s <= kLiveSlackFrames / fps;
@@ -634,7 +634,7 @@ BenchResult run_bench(const BenchOptions& o) {
       return run.frames;
     });
   }
-  std::array<uint64_t, kLatencyBuckets.size() + 1> latency{};
+  LatencyHistogram latency;
   result.pipeline = measure([&](PhaseResult& r) {
     std::vector<PipelineSpec> specs;
     for (int i = 0; i < o.streams; ++i) specs.push_back(bench_pipeline(o, i));
@@ -648,8 +648,8 @@ BenchResult run_bench(const BenchOptions& o) {
     return run.frames;
   });
   result.decode_again = measure([&](PhaseResult& r) { return decode_only(o, device, r); });
-  result.latency_p50_s = latency_quantile(latency, 0.50);
-  result.latency_p99_s = latency_quantile(latency, 0.99);
+  result.latency_p50_s = latency_quantile(latency.counts, 0.50);
+  result.latency_p99_s = latency_quantile(latency.counts, 0.99);
 #if FRAMEFUSE_HAVE_CUDA
   if (device.kind == DeviceKind::Cuda) {
     result.timer_us = timer_cost_us();
@@ -745,12 +745,13 @@ std::string format_bench_table(const BenchResult& r) {
     out += fmt::format("\nreal time ({} s trials, clip paced at its frame rate; latency of each stream's frames "
                        "after its first {:g} s, bucket bounds, and the exact mean):\n",
                        r.options.live_seconds, kLatencySettleS);
-    out += fmt::format("{:>8}{:>6}{:>10}{:>9}{:>10}{:>30}{:>10}{:>12}{:>12}\n", "streams", "held", "frames", "dropped",
-                       "late ms", "latency p50 / p99", "mean ms", "GPU MiB/st", "RSS MiB/st");
+    out += fmt::format("{:>8}{:>6}{:>10}{:>9}{:>10}{:>30}{:>10}{:>16}{:>12}{:>12}\n", "streams", "held", "frames",
+                       "dropped", "late ms", "latency p50 / p99", "mean ms", "wait p99", "GPU MiB/st", "RSS MiB/st");
     for (const auto& t : r.live)
-      out += fmt::format("{:>8}{:>6}{:>10}{:>9}{:>10.1f}{:>30}{:>10.3f}{:>12}{:>12.1f}\n", t.streams,
+      out += fmt::format("{:>8}{:>6}{:>10}{:>9}{:>10.1f}{:>30}{:>10.3f}{:>16}{:>12}{:>12.1f}\n", t.streams,
                          t.held ? "yes" : "no", t.frames, t.dropped, 1e3 * t.late_s,
                          latency_text(t.latency_p50_s) + " / " + latency_text(t.latency_p99_s), 1e3 * t.latency_mean_s,
+                         latency_text(t.queue_wait_p99_s),
                          t.memory.gpu_mib < 0 ? std::string("-") : fmt::format("{:.1f}", t.memory.gpu_mib),
                          t.memory.rss_mib);
     out += fmt::format("most streams held: {}\n", r.live_held);
@@ -782,11 +783,11 @@ std::string format_bench_json(const BenchResult& r) {
   for (const auto& t : r.live)
     live += fmt::format(R"({}{{"streams": {}, "held": {}, "seconds": {}, "frames": {}, "dropped": {}, "late_ms": {}, )"
                         R"("latency_p50_ms": {}, "latency_p99_ms": {}, "latency_mean_ms": {}, "latency_frames": {}, )"
-                        R"("memory_per_stream": {}}})",
+                        R"("queue_wait_p99_ms": {}, "memory_per_stream": {}}})",
                         live.empty() ? "" : ", ", t.streams, t.held ? "true" : "false", json_number(t.seconds),
                         t.frames, t.dropped, json_number(1e3 * t.late_s), json_number(1e3 * t.latency_p50_s),
                         json_number(1e3 * t.latency_p99_s), json_number(1e3 * t.latency_mean_s), t.latency_frames,
-                        memory_json(t.memory));
+                        json_number(1e3 * t.queue_wait_p99_s), memory_json(t.memory));
   return fmt::format(
       "{{\"clip\": {}, \"frame\": {}, \"streams\": {}, \"frames_per_stream\": {}, \"device\": {}, "
       "\"outputs\": [\"classify\", \"detect\"], \"sink\": \"null\",\n"

@@ -93,6 +93,7 @@ struct LiveTrial {
   //! out): bucket bounds as BenchResult's, and the exact mean from the histogram's sum.
   double latency_p50_s = 0, latency_p99_s = 0, latency_mean_s = 0;
   uint64_t latency_frames = 0;           //!< frames those latencies are of
+  double queue_wait_p99_s = 0;           //!< the part of it before the submit (queue, ring slot), bucket bound
   StreamMemory memory;                   //!< per stream, against the 1-stream run of the pipeline phase
 };
 

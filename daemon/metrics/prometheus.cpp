@@ -47,20 +47,22 @@ class Exposition {
   std::string out_;
 };
 
-void render_histogram(Exposition& e, std::span<const PipelineSnapshot> pipelines) {
-  constexpr const char* kName = "framefuse_decode_to_output_seconds";
-  e.family(kName, "histogram", "Time from a frame leaving the decoder to its outputs being written.");
+//! One histogram family, the `field` of every pipeline.
+void render_histogram(Exposition& e, std::span<const PipelineSnapshot> pipelines, const char* name, const char* help,
+                      LatencyHistogram PipelineSnapshot::*field) {
+  e.family(name, "histogram", help);
   for (const auto& p : pipelines) {
+    const LatencyHistogram& h = p.*field;
     uint64_t cumulative = 0;
     for (size_t i = 0; i < kLatencyBuckets.size(); ++i) {
-      cumulative += p.latency_counts[i];
-      e.sample(fmt::format("{}_bucket", kName), {{"pipeline", p.name}, {"le", number(kLatencyBuckets[i])}},
+      cumulative += h.counts[i];
+      e.sample(fmt::format("{}_bucket", name), {{"pipeline", p.name}, {"le", number(kLatencyBuckets[i])}},
                cumulative);
     }
-    cumulative += p.latency_counts.back();
-    e.sample(fmt::format("{}_bucket", kName), {{"pipeline", p.name}, {"le", "+Inf"}}, cumulative);
-    e.sample(fmt::format("{}_sum", kName), {{"pipeline", p.name}}, p.latency_sum_s);
-    e.sample(fmt::format("{}_count", kName), {{"pipeline", p.name}}, cumulative);
+    cumulative += h.counts.back();
+    e.sample(fmt::format("{}_bucket", name), {{"pipeline", p.name}, {"le", "+Inf"}}, cumulative);
+    e.sample(fmt::format("{}_sum", name), {{"pipeline", p.name}}, h.sum_s);
+    e.sample(fmt::format("{}_count", name), {{"pipeline", p.name}}, cumulative);
   }
 }
 
@@ -217,7 +219,12 @@ std::string render_metrics(const DaemonSnapshot& d, std::span<const PipelineSnap
   e.sample("framefuse_nvdec_sessions", {}, nvdec_sessions(pipelines));
   render_gpus(e, d.gpus);
   render_batch_groups(e, d.batch_groups);
-  render_histogram(e, pipelines);
+  render_histogram(e, pipelines, "framefuse_decode_to_output_seconds",
+                   "Time from a frame leaving the decoder to its outputs being written.", &PipelineSnapshot::latency);
+  render_histogram(e, pipelines, "framefuse_queue_wait_seconds",
+                   "Part of decode_to_output before the frame's processing was enqueued (waiting in the queue "
+                   "and for a free executor slot).",
+                   &PipelineSnapshot::queue_wait);
   render_control(e, pipelines);
   return e.take();
 }

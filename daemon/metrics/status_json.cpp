@@ -2,6 +2,9 @@
 
 #include <spdlog/fmt/fmt.h>
 
+#include <initializer_list>
+#include <utility>
+
 #include "pipeline/util/text_escape.hpp"
 #include "pipeline/util/redact.hpp"
 
@@ -44,12 +47,13 @@ void append_pipeline(std::string& out, const PipelineSnapshot& p) {
   out += R"("dropped":{)";
   for (size_t r = 0; r < kDropReasonNames.size(); ++r)
     fmt::format_to(o, "{}{}:{}", r ? "," : "", json_string(kDropReasonNames[r]), p.dropped[r]);
-  uint64_t count = 0;
-  for (const uint64_t c : p.latency_counts) count += c;
   fmt::format_to(o, R"(}},"queue_depth":{},"last_frame_age_s":{},"fps":{},)", p.queue_depth,
                  p.last_frame_age_s < 0 ? "null" : json_number(p.last_frame_age_s), json_number(p.fps));
-  fmt::format_to(o, R"("latency":{{"count":{},"sum_s":{},"mean_s":{}}},)", count, json_number(p.latency_sum_s),
-                 count ? json_number(p.latency_sum_s / double(count)) : "null");
+  for (const auto& [key, h] : {std::pair{"latency", &p.latency}, std::pair{"queue_wait", &p.queue_wait}}) {
+    const uint64_t count = h->count();
+    fmt::format_to(o, R"("{}":{{"count":{},"sum_s":{},"mean_s":{}}},)", key, count, json_number(h->sum_s),
+                   count ? json_number(h->sum_s / double(count)) : "null");
+  }
   fmt::format_to(o, R"("pool":{{"in_use":{},"capacity":{}}},"decoder":{},"nvdec_fallbacks":{},)", p.pool_in_use,
                  p.pool_capacity, p.decoder.empty() ? "null" : json_string(p.decoder), p.nvdec_fallbacks);
   out += R"("outputs":[)";

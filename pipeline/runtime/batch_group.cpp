@@ -273,8 +273,9 @@ void BatchGroup::Shared::complete_oldest() {
       m.sink->write(s.index, sink_outs);
       m.stats.frames_processed.fetch_add(1, std::memory_order_relaxed);
       // As PipelineRunner: decode -> submit on the host, plus the device's time where it measures it.
-      m.stats.observe_latency(done.device_seconds ? Seconds(b.submitted_at - s.decoded_at).count() + *done.device_seconds
-                                                  : Seconds(Clock::now() - s.decoded_at).count());
+      const double queued = Seconds(b.submitted_at - s.decoded_at).count();
+      m.stats.observe_latency(
+          done.device_seconds ? queued + *done.device_seconds : Seconds(Clock::now() - s.decoded_at).count(), queued);
     } catch (const std::exception& e) {
       fail(m, e.what());
       m.stats.drop(DropReason::ProcessError);

@@ -311,9 +311,10 @@ void PipelineRunner::start() {
       // Decode -> output: the host's decode -> submit, plus the device's start of the frame's
       // input -> outputs ready where the executor measures it (events), else the host's clock.
       using Seconds = std::chrono::duration<double>;
-      const double latency = done.device_seconds ? Seconds(f.submitted_at - f.decoded_at).count() + *done.device_seconds
-                                                 : Seconds(Clock::now() - f.decoded_at).count();
-      stats_.observe_latency(latency);
+      const double queued = Seconds(f.submitted_at - f.decoded_at).count();
+      const double latency =
+          done.device_seconds ? queued + *done.device_seconds : Seconds(Clock::now() - f.decoded_at).count();
+      stats_.observe_latency(latency, queued);
     };
     try {
       executor = make_executor(device_, cpu_threads_, frames_stream.get());

@@ -1,15 +1,47 @@
 #include "pipeline/runtime/pipeline_stats.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 
 namespace framefuse {
 
-void PipelineStats::observe_latency(double seconds) {
+uint64_t LatencyHistogram::count() const {
+  uint64_t n = 0;
+  for (const uint64_t c : counts) n += c;
+  return n;
+}
+
+LatencyHistogram LatencyHistogram::since(const LatencyHistogram& earlier) const {
+  LatencyHistogram d;
+  for (size_t i = 0; i < counts.size(); ++i) d.counts[i] = counts[i] - earlier.counts[i];
+  d.sum_s = sum_s - earlier.sum_s;
+  return d;
+}
+
+LatencyHistogram& LatencyHistogram::operator+=(const LatencyHistogram& other) {
+  for (size_t i = 0; i < counts.size(); ++i) counts[i] += other.counts[i];
+  sum_s += other.sum_s;
+  return *this;
+}
+
+void PipelineStats::AtomicHistogram::observe(double seconds) {
   size_t i = 0;
   while (i < kLatencyBuckets.size() && seconds > kLatencyBuckets[i]) ++i;
-  latency_counts_[i].fetch_add(1, std::memory_order_relaxed);
-  latency_sum_ns_.fetch_add(static_cast<uint64_t>(seconds * 1e9), std::memory_order_relaxed);
+  counts_[i].fetch_add(1, std::memory_order_relaxed);
+  sum_ns_.fetch_add(static_cast<uint64_t>(std::max(seconds, 0.0) * 1e9), std::memory_order_relaxed);
+}
+
+LatencyHistogram PipelineStats::AtomicHistogram::load() const {
+  LatencyHistogram h;
+  for (size_t i = 0; i < counts_.size(); ++i) h.counts[i] = counts_[i].load(std::memory_order_relaxed);
+  h.sum_s = double(sum_ns_.load(std::memory_order_relaxed)) * 1e-9;
+  return h;
+}
+
+void PipelineStats::observe_latency(double decode_to_output_s, double queue_wait_s) {
+  latency_.observe(decode_to_output_s);
+  queue_wait_.observe(queue_wait_s);
 }
 
 void PipelineStats::set_frame(std::string frame) {
@@ -56,8 +88,8 @@ PipelineSnapshot PipelineStats::snapshot() {
   const int64_t now = steady_now_ns();
   const int64_t last = last_frame_ns.load(std::memory_order_relaxed);
   s.last_frame_age_s = last > 0 ? double(now - last) * 1e-9 : -1.0;
-  for (size_t i = 0; i < latency_counts_.size(); ++i) s.latency_counts[i] = latency_counts_[i].load(std::memory_order_relaxed);
-  s.latency_sum_s = double(latency_sum_ns_.load(std::memory_order_relaxed)) * 1e-9;
+  s.queue_wait = queue_wait_.load();   // first: observe_latency() adds to latency_ first, so the
+  s.latency = latency_.load();         // wait never shows more frames or time than the latency
   {
     std::lock_guard lock(text_.mu);
     s.frame = text_.frame;

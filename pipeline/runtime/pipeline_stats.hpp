@@ -31,6 +31,16 @@ inline constexpr std::array<double, 19> kLatencyBuckets = {
     0.0001, 0.0002, 0.0003, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.005, 0.01,
     0.02,   0.05,   0.1,    0.2,    0.5,     1.0,   2.0,    5.0,   10.0};
 
+//! Frames per bucket of kLatencyBuckets (the last: above them all) and the sum of their times.
+struct LatencyHistogram {
+  std::array<uint64_t, kLatencyBuckets.size() + 1> counts{};
+  double sum_s = 0;
+  uint64_t count() const;
+  //! What was observed after `earlier` (a snapshot of the same counters taken before).
+  LatencyHistogram since(const LatencyHistogram& earlier) const;
+  LatencyHistogram& operator+=(const LatencyHistogram& other);
+};
+
 //! The control loops' view of the latest frame they completed (pipelines with `control:`).
 struct ControlSnapshot {
   uint64_t frames = 0;                //!< control iterations since the last (re)setup
@@ -60,8 +70,10 @@ struct PipelineSnapshot {
   uint64_t nvdec_fallbacks = 0;       //!< times `decoder: auto` gave NVDEC up for software
   double last_frame_age_s = -1;       //!< seconds since the last decoded frame; -1 before the first
   double fps = 0;                     //!< processed frames per second over the last interval
-  std::array<uint64_t, kLatencyBuckets.size() + 1> latency_counts{};   //!< per bucket, last = +Inf
-  double latency_sum_s = 0;
+  LatencyHistogram latency;           //!< decode -> outputs written
+  //! decode -> submit: the part of `latency` a frame waited on the host (in the queue, and for a
+  //! free slot of the executor's ring) before its processing was enqueued.
+  LatencyHistogram queue_wait;
   std::string frame;                  //!< "1920x1080 yuv420p bt709/limited", empty before the first
   std::string last_error;             //!< redacted
   std::optional<ControlSnapshot> control;   //!< set once a control iteration completed
@@ -80,8 +92,8 @@ class PipelineStats {
 
   void set_state(SourceState s) { state.store(static_cast<uint8_t>(s), std::memory_order_relaxed); }
   void drop(DropReason r) { dropped[static_cast<size_t>(r)].fetch_add(1, std::memory_order_relaxed); }
-  //! Records one decode -> output latency.
-  void observe_latency(double seconds);
+  //! Records one frame's decode -> output latency and the part of it before its submit, seconds.
+  void observe_latency(double decode_to_output_s, double queue_wait_s);
 
   //! Copies counters; `fps` is the processed rate over the last >= 1 s between snapshots.
   PipelineSnapshot snapshot();
@@ -98,8 +110,17 @@ class PipelineStats {
   void set_control(const control::ControlRecord& record);
 
  private:
-  std::array<std::atomic<uint64_t>, kLatencyBuckets.size() + 1> latency_counts_{};
-  std::atomic<uint64_t> latency_sum_ns_{0};
+  //! LatencyHistogram's atomic counterpart: observe() from the process thread, load() from any.
+  class AtomicHistogram {
+   public:
+    void observe(double seconds);
+    LatencyHistogram load() const;
+
+   private:
+    std::array<std::atomic<uint64_t>, kLatencyBuckets.size() + 1> counts_{};
+    std::atomic<uint64_t> sum_ns_{0};
+  };
+  AtomicHistogram latency_, queue_wait_;
   struct Text {
     std::mutex mu;
     std::string frame, error, decoder;

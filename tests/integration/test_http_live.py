@@ -324,6 +324,13 @@ class HttpLiveTest(unittest.TestCase):
             total = metric(first, "framefuse_decode_to_output_seconds_sum", pipeline=name)
             self.assertGreater(total, 0)
             self.assertLess(total / count, 1.0, "mean latency of a 16x16 output on a small clip")
+            # The part before the submit: one observation per latency, never more time than it.
+            waited = metric(first, "framefuse_queue_wait_seconds_sum", pipeline=name)
+            waits = metric(first, "framefuse_queue_wait_seconds_count", pipeline=name)
+            self.assertLessEqual(0, count - waits)
+            self.assertLessEqual(count - waits, 3, "read apart by frames processed meanwhile")
+            self.assertGreaterEqual(waited, 0)
+            self.assertLessEqual(waited, total)
 
         time.sleep(0.6)   # realtime at 30 fps: ~18 more frames
         second = parse_metrics(d.get("/metrics")[2].decode())
@@ -358,6 +365,8 @@ class HttpLiveTest(unittest.TestCase):
         self.assertLessEqual({"queue_full", "decode_error", "process_error"}, set(cam["dropped"]))
         self.assertGreater(cam["latency"]["count"], 0)
         self.assertLessEqual(abs(cam["latency"]["count"] - cam["frames_processed"]), 3, "one latency per frame")
+        self.assertLessEqual(abs(cam["queue_wait"]["count"] - cam["latency"]["count"]), 3)
+        self.assertLessEqual(cam["queue_wait"]["sum_s"], cam["latency"]["sum_s"])
         self.assertIn(rtsp["state"], ("connecting", "backoff"))
         self.assertEqual(rtsp["frames_processed"], 0)
         self.assertIsNone(rtsp["last_frame_age_s"])

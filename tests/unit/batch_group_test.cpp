@@ -188,7 +188,9 @@ TEST_F(BatchGroupTest, FourMembersGetTheOutputsEachWouldGetAlone) {
     const PipelineSnapshot s = m->stats.snapshot();
     EXPECT_EQ(s.frames_processed, uint64_t(kFrames));
     EXPECT_EQ(total_dropped(s), 0u);
-    EXPECT_EQ(std::accumulate(s.latency_counts.begin(), s.latency_counts.end(), uint64_t{0}), uint64_t(kFrames));
+    EXPECT_EQ(s.latency.count(), uint64_t(kFrames));
+    EXPECT_EQ(s.queue_wait.count(), uint64_t(kFrames));
+    EXPECT_LE(s.queue_wait.sum_s, s.latency.sum_s) << "the wait is part of the latency";
     EXPECT_EQ(s.frame, "160x90 nv12 bt709/limited");
     EXPECT_EQ(m->capture.flushes, 1) << "finish() flushes the sink once";
     EXPECT_EQ(m->capture.sink_shapes.size(), 1u);

@@ -77,8 +77,8 @@ class FakeSource final : public StatusSource {
     lobby.dropped = {7, 11, 13};
     lobby.fps = 29.5;
     lobby.last_frame_age_s = 0.25;
-    lobby.latency_counts[3] = 9;
-    lobby.latency_sum_s = 0.036;
+    lobby.latency.counts[3] = 9;
+    lobby.latency.sum_s = 0.036;
     lobby.frame = "1280x720 yuv420p bt601/limited";
     lobby.last_error = "reconnect to rtsp://admin:hunter2@cam.local/stream failed";
     PipelineSnapshot dock;

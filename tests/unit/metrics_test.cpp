@@ -51,8 +51,10 @@ PipelineSnapshot known_pipeline(std::string name, uint64_t base) {
   p.queue_depth = 3;
   p.last_frame_age_s = 0.04;
   p.fps = 29.97;
-  for (size_t i = 0; i < p.latency_counts.size(); ++i) p.latency_counts[i] = base + 10 + i;   // never zero
-  p.latency_sum_s = 1.75;
+  for (size_t i = 0; i < p.latency.counts.size(); ++i) p.latency.counts[i] = base + 10 + i;   // never zero
+  p.latency.sum_s = 1.75;
+  for (size_t i = 0; i < p.queue_wait.counts.size(); ++i) p.queue_wait.counts[i] = base + 1 + 2 * i;
+  p.queue_wait.sum_s = 0.5;
   p.pool_in_use = int64_t(base) + 6;
   p.pool_capacity = int64_t(base) + 16;
   p.decoder = "cpu";
@@ -218,6 +220,37 @@ TEST(StatusJson, PoolDecoderOutputsAndGpus) {
   EXPECT_NE(cpu.find(R"("gpus":[],"nvdec_sessions":0,)"), std::string::npos) << cpu;
 }
 
+TEST(StatusJson, LatencyAndQueueWaitCountSumMean) {
+  const PipelineSnapshot p = known_pipeline("lobby", 0);
+  const std::string j = render_status_json(known_daemon(), std::span(&p, 1));
+  EXPECT_NE(j.find(R"("latency":{"count":390,"sum_s":1.75,"mean_s":0.004487179487179487},)"
+                   R"("queue_wait":{"count":400,"sum_s":0.5,"mean_s":0.00125},)"),
+            std::string::npos)
+      << j;
+}
+
+TEST(PipelineStats, ObservesLatencyAndQueueWaitIntoTheirBuckets) {
+  PipelineStats stats;
+  stats.observe_latency(0.00025, 0.00005);   // buckets le 0.0003 and le 0.0001
+  stats.observe_latency(0.004, 0.0012);      // le 0.005 and le 0.0015
+  stats.observe_latency(30.0, 0.0);          // above the last bound; le 0.0001
+  const PipelineSnapshot s = stats.snapshot();
+  EXPECT_EQ(s.latency.count(), 3u);
+  EXPECT_EQ(s.latency.counts[2], 1u);
+  EXPECT_EQ(s.latency.counts[8], 1u);
+  EXPECT_EQ(s.latency.counts.back(), 1u);
+  EXPECT_NEAR(s.latency.sum_s, 30.00425, 1e-9);
+  EXPECT_EQ(s.queue_wait.counts[0], 2u);
+  EXPECT_EQ(s.queue_wait.counts[6], 1u);
+  EXPECT_NEAR(s.queue_wait.sum_s, 0.00125, 1e-9);
+  const LatencyHistogram before = s.latency;
+  stats.observe_latency(0.00025, 0.0);
+  const LatencyHistogram after = stats.snapshot().latency.since(before);
+  EXPECT_EQ(after.count(), 1u);
+  EXPECT_EQ(after.counts[2], 1u);
+  EXPECT_NEAR(after.sum_s, 0.00025, 1e-9);
+}
+
 TEST(StatusJson, ControlObjectOrNull) {
   const PipelineSnapshot ps[] = {with_control(known_pipeline("lobby", 0)), known_pipeline("dock", 1000)};
   const std::string j = render_status_json(known_daemon(), ps);
@@ -240,8 +273,8 @@ TEST(Metrics, HistogramIsCumulativeWithSumAndCount) {
   const char* le[] = {"0.0001", "0.0002", "0.0003", "0.0005", "0.00075", "0.001", "0.0015",
                       "0.002",  "0.005",  "0.01",   "0.02",   "0.05",    "0.1",   "0.2",
                       "0.5",    "1",      "2",      "5",      "10",      "+Inf"};
-  ASSERT_EQ(std::size(le), p.latency_counts.size());
-  for (size_t i = 0; i < p.latency_counts.size(); ++i) {
+  ASSERT_EQ(std::size(le), p.latency.counts.size());
+  for (size_t i = 0; i < p.latency.counts.size(); ++i) {
     cumulative += 10 + i;
     EXPECT_TRUE(has_line(m, std::string(R"(framefuse_decode_to_output_seconds_bucket{pipeline="lobby",le=")") +
                                 le[i] + "\"} " + std::to_string(cumulative)))
@@ -251,6 +284,12 @@ TEST(Metrics, HistogramIsCumulativeWithSumAndCount) {
   EXPECT_TRUE(has_line(m, R"(framefuse_decode_to_output_seconds_sum{pipeline="lobby"} 1.75)")) << m;
   EXPECT_TRUE(has_line(m, R"(framefuse_decode_to_output_seconds_count{pipeline="lobby"} 390)")) << m;
   EXPECT_TRUE(has_line(m, "# TYPE framefuse_decode_to_output_seconds histogram")) << m;
+  // The wait before the submit, the same way: counts 1, 3, 5, ..., 39.
+  EXPECT_TRUE(has_line(m, "# TYPE framefuse_queue_wait_seconds histogram")) << m;
+  EXPECT_TRUE(has_line(m, R"(framefuse_queue_wait_seconds_bucket{pipeline="lobby",le="0.0003"} 9)")) << m;
+  EXPECT_TRUE(has_line(m, R"(framefuse_queue_wait_seconds_bucket{pipeline="lobby",le="+Inf"} 400)")) << m;
+  EXPECT_TRUE(has_line(m, R"(framefuse_queue_wait_seconds_sum{pipeline="lobby"} 0.5)")) << m;
+  EXPECT_TRUE(has_line(m, R"(framefuse_queue_wait_seconds_count{pipeline="lobby"} 400)")) << m;
 }
 
 TEST(Metrics, AgeIsAbsentBeforeTheFirstFrame) {
@@ -334,7 +373,7 @@ TEST(Metrics, TextFormatIsWellFormed) {
       ADD_FAILURE() << "not a valid exposition line: " << l;
     }
   }
-  EXPECT_EQ(types.size(), 21u + 2u + 10u + 7u);   // + the GPU, control and batch group families
+  EXPECT_EQ(types.size(), 22u + 2u + 10u + 7u);   // + the GPU, control and batch group families
   EXPECT_GT(samples, 60u);
 }
 
