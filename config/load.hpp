@@ -26,5 +26,4 @@ DeviceSpec parse_device(std::string_view s);
 //! Whether `s` is a numeric IPv4 or IPv6 address (what `http.bind` accepts).
 bool is_ip_address(const std::string& s);
 
-
 }  // namespace framefuse::config

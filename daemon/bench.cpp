@@ -20,6 +20,7 @@
 #include "pipeline/util/clock.hpp"
 #include "pipeline/util/text_escape.hpp"
 #include "pipeline/decode/video_source.hpp"
+#include "pipeline/memory/frame_pool.hpp"
 #include "pipeline/exec/device.hpp"
 #include "pipeline/runtime/pipeline_runner.hpp"
 #include "pipeline/workloads.hpp"
@@ -470,8 +471,7 @@ void memory_breakdown(const BenchOptions& o, const DeviceSpec& device, BenchResu
     result.breakdown.push_back({std::move(what), growth});
     last = now;
   };
-  constexpr int kExecutorSlots = 2;   // CudaEngineOptions' default, as the runner's executor
-  result.held_frames = spec.queue_depth + kExecutorSlots + 2;
+  result.held_frames = spec.queue_depth + kFramesHeldBeyondQueue + 1;   // + the one being decoded
   {
     VideoSource source(spec.source, spec.name, decode_options(spec, device, shared_decoders(o, device, o.streams)));
     source.open();
@@ -492,7 +492,7 @@ void memory_breakdown(const BenchOptions& o, const DeviceSpec& device, BenchResu
       held.push_back(std::move(*f));
     }
     step(fmt::format("{} frames held (queue {}, executor ring {}, preview, being decoded)", result.held_frames,
-                     spec.queue_depth, kExecutorSlots));
+                     spec.queue_depth, kExecutorRing));
 #if FRAMEFUSE_HAVE_CUDA
     if (device.kind == DeviceKind::Cuda) {
       CudaExecutor exec(device.index);

@@ -45,7 +45,7 @@ namespace framefuse {
 
 //! How a CudaExecutor runs its iterations.
 struct CudaEngineOptions {
-  int in_flight = 2;           //!< ring slots: iterations submitted and not completed, >= 1
+  int in_flight = kExecutorRing;   //!< ring slots: iterations submitted and not completed, >= 1
   bool graphs = true;          //!< replay captured iterations; false: launch them call by call
   //! Keep the event times of the last completed iteration (last_times()) and report
   //! Completion::device_seconds: two more event nodes per iteration, for benchmarks.
@@ -115,9 +115,9 @@ class CudaExecutor final : public Executor {
   struct Slot {
     cuda::Event input_ready;                        //!< on the legacy stream: the decoder's copies are done
     cuda::Event begun, times_input;                 //!< with record_times: the iteration began, its upload ended
-    //! The outputs are in host_out. Blocking-sync, so that complete() sleeps instead of spinning;
-    //! its record node costs ~1 us of each launch's host time (a plain event's ~0.1 us: the bench's
-    //! "submit path" lines, tests/bench/RESULTS.md).
+    //! The outputs are in host_out. A plain event that complete() polls: a blocking-sync one's
+    //! record node costs ~1 us more of each launch's host time (the bench's "submit path" lines,
+    //! tests/bench/RESULTS.md).
     cuda::Event ready;
     cuda::DeviceBuffer dev_in;
     cuda::PinnedBuffer host_out;                    //!< the outputs, written by the kernels

@@ -9,4 +9,8 @@ namespace framefuse {
 //! Device: CUDA memory of the pipeline's device, e.g. an NVDEC surface (read in place).
 enum class FrameMemory : uint8_t { Host, Pinned, Device };
 
+//! Iterations (frames, or batches) an executor keeps submitted and not completed by default: the
+//! frames (batches) it holds while they are processed (CudaEngineOptions::in_flight).
+inline constexpr int kExecutorRing = 2;
+
 }  // namespace framefuse

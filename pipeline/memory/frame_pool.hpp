@@ -22,13 +22,14 @@ struct AVFrame;
 
 namespace framefuse {
 
-//! Decoded frames a pipeline holds beyond its queue: in the executor's ring (2), kept for previews.
-inline constexpr int kFramesHeldBeyondQueue = 3;
+//! Decoded frames a pipeline holds beyond its queue: in the executor's ring, kept for previews.
+inline constexpr int kFramesHeldBeyondQueue = kExecutorRing + 1;
 
 //! Slots a pipeline needs so that decoding never waits on the pool by itself: 17 for the decoder
 //! (H.264/HEVC keep at most 16 reference frames, plus the frame being decoded), one more per extra
-//! frame thread, `queue_depth` queued frames and kFramesHeldBeyondQueue more. `decoder_threads` 0 = FFmpeg's choice (cores + 1, at most 16);
-//! without `frame_threading` (slice threads, live sources) threads hold no frames.
+//! frame thread, `queue_depth` queued frames and kFramesHeldBeyondQueue more. `decoder_threads` 0 =
+//! FFmpeg's choice (cores + 1, at most 16); without `frame_threading` (slice threads, live sources)
+//! threads hold no frames.
 int default_pool_frames(int queue_depth, int decoder_threads, bool frame_threading);
 
 class FramePool : public std::enable_shared_from_this<FramePool> {

@@ -245,7 +245,6 @@ void BatchGroup::Shared::complete_oldest() {
   }
   const Batch b = std::move(in_flight.front());
   in_flight.pop_front();
-  using Seconds = std::chrono::duration<double>;
   for (size_t i = 0; i < b.slots.size(); ++i) {
     const Slot& s = b.slots[i];
     Member::State& m = *s.member;
@@ -272,10 +271,7 @@ void BatchGroup::Shared::complete_oldest() {
       for (size_t k = 0; k < plans.size(); ++k) sink_outs[k] = done.outputs[k] + i * plans[k].bytes_per_frame;
       m.sink->write(s.index, sink_outs);
       m.stats.frames_processed.fetch_add(1, std::memory_order_relaxed);
-      // As PipelineRunner: decode -> submit on the host, plus the device's time where it measures it.
-      const double queued = Seconds(b.submitted_at - s.decoded_at).count();
-      m.stats.observe_latency(
-          done.device_seconds ? queued + *done.device_seconds : Seconds(Clock::now() - s.decoded_at).count(), queued);
+      m.stats.observe_frame(s.decoded_at, b.submitted_at, done.device_seconds);
     } catch (const std::exception& e) {
       fail(m, e.what());
       m.stats.drop(DropReason::ProcessError);
@@ -329,7 +325,7 @@ void BatchGroup::Shared::drop_in_flight(const std::string& error) {
 // ---- the group ----
 
 int BatchGroup::frames_held() const {
-  return static_cast<int>(shared_->capacity) + kBatchesInFlight * spec_.max_batch;
+  return static_cast<int>(shared_->capacity) + kExecutorRing * spec_.max_batch;
 }
 
 BatchGroup::BatchGroup(BatchGroupSpec spec, DeviceSpec device, int cpu_threads)

@@ -79,10 +79,9 @@ class BatchGroup {
   void stop();
 
   const BatchGroupSpec& spec() const { return spec_; }
-  //! Frames of one member the group may hold at once: its whole queue, and max_batch for each batch
-  //! its executor keeps in flight (kBatchesInFlight: the CUDA executor's ring, CudaEngineOptions).
+  //! Frames of one member the group may hold at once: its whole queue, and max_batch for each of
+  //! the kExecutorRing batches its executor keeps in flight.
   int frames_held() const;
-  static constexpr int kBatchesInFlight = 2;
   const DeviceSpec& device() const { return device_; }
   BatchGroupSnapshot snapshot() const;
 

@@ -308,13 +308,7 @@ void PipelineRunner::start() {
         sink->write_control(f.index, *record);
       }
       stats_.frames_processed.fetch_add(1, std::memory_order_relaxed);
-      // Decode -> output: the host's decode -> submit, plus the device's start of the frame's
-      // input -> outputs ready where the executor measures it (events), else the host's clock.
-      using Seconds = std::chrono::duration<double>;
-      const double queued = Seconds(f.submitted_at - f.decoded_at).count();
-      const double latency =
-          done.device_seconds ? queued + *done.device_seconds : Seconds(Clock::now() - f.decoded_at).count();
-      stats_.observe_latency(latency, queued);
+      stats_.observe_frame(f.decoded_at, f.submitted_at, done.device_seconds);
     };
     try {
       executor = make_executor(device_, cpu_threads_, frames_stream.get());

@@ -44,6 +44,16 @@ void PipelineStats::observe_latency(double decode_to_output_s, double queue_wait
   queue_wait_.observe(queue_wait_s);
 }
 
+void PipelineStats::observe_frame(std::chrono::steady_clock::time_point decoded_at,
+                                  std::chrono::steady_clock::time_point submitted_at,
+                                  std::optional<double> device_seconds) {
+  using Seconds = std::chrono::duration<double>;
+  const double queued = Seconds(submitted_at - decoded_at).count();
+  observe_latency(device_seconds ? queued + *device_seconds
+                                 : Seconds(std::chrono::steady_clock::now() - decoded_at).count(),
+                  queued);
+}
+
 void PipelineStats::set_frame(std::string frame) {
   std::lock_guard lock(text_.mu);
   text_.frame = std::move(frame);

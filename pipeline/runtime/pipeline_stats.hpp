@@ -94,6 +94,11 @@ class PipelineStats {
   void drop(DropReason r) { dropped[static_cast<size_t>(r)].fetch_add(1, std::memory_order_relaxed); }
   //! Records one frame's decode -> output latency and the part of it before its submit, seconds.
   void observe_latency(double decode_to_output_s, double queue_wait_s);
+  //! observe_latency() of a frame decoded at `decoded_at`, submitted at `submitted_at`, whose
+  //! processing took `device_seconds` where the executor measured it (from the iteration's start
+  //! to its outputs), else until now on the host's clock.
+  void observe_frame(std::chrono::steady_clock::time_point decoded_at, std::chrono::steady_clock::time_point submitted_at,
+                     std::optional<double> device_seconds);
 
   //! Copies counters; `fps` is the processed rate over the last >= 1 s between snapshots.
   PipelineSnapshot snapshot();
