@@ -1,6 +1,7 @@
 #include "pipeline/control/control_cuda.hpp"
 
 #include <cstring>
+#include <memory>
 #include <spdlog/fmt/fmt.h>
 
 #include "pipeline/fused/fused_kernel.hpp"
@@ -15,13 +16,8 @@ void CudaControl::setup(const ControlParams& params, cudaStream_t stream) {
                                   params.delay, params.depth, params.num_outputs));
   params_ = params;
 
-  const size_t control_at = 0;
-  const size_t params_at = cuda::align_up(control_at + sizeof(FusedControl));
-  const size_t block_at = cuda::align_up(params_at + sizeof(ControlParams));
-  const size_t accum_at = cuda::align_up(block_at + sizeof(ControlBlock));
-  const size_t slots_at = cuda::align_up(accum_at + sizeof(TermAccum) * 2 * kMaxRegions);
-  const size_t previous_at = cuda::align_up(slots_at + sizeof(Slot) * size_t(params.depth));
-  memory_ = cuda::alloc_device(previous_at + sizeof(uint16_t) * kThumbPixels);
+  const size_t slots_at = cuda::align_up(sizeof(FusedControl));
+  memory_ = cuda::alloc_device(slots_at + sizeof(Slot) * size_t(params.depth));
   records_ = cuda::alloc_mapped(sizeof(PublishedRecord) * kRecordRing);
   std::memset(records_.as(), 0, records_.size());
   void* records = nullptr;
@@ -29,33 +25,29 @@ void CudaControl::setup(const ControlParams& params, cudaStream_t stream) {
   std::byte* const base = memory_.as();
 
   const ControlBlock initial = initial_block(params);
-  FusedControl c{};
-  c.params = reinterpret_cast<const ControlParams*>(base + params_at);
-  c.block = reinterpret_cast<ControlBlock*>(base + block_at);
-  c.slots = reinterpret_cast<Slot*>(base + slots_at);
-  c.previous = reinterpret_cast<uint16_t*>(base + previous_at);
-  c.accum = reinterpret_cast<TermAccum*>(base + accum_at);
-  c.records = static_cast<PublishedRecord*>(records);
-  c.delay = params.delay;
-  c.depth = params.depth;
-  c.regions_n = num_regions(params);
-  c.applied[0] = c.applied[1] = initial.state;
-  for (int r = 0; r < num_regions(params); ++r) c.regions[0][r] = c.regions[1][r] = stats_region(params, initial.state, r);
-  control_ = reinterpret_cast<FusedControl*>(base + control_at);
-  block_ = c.block;
-  slots_ = c.slots;
-  previous_ = c.previous;
+  const auto c = std::make_unique<FusedControl>();   // zero: counters, accumulators, mailbox, thumbnail
+  c->params = params;
+  c->block = initial;
+  c->slots = reinterpret_cast<Slot*>(base + slots_at);
+  c->records = static_cast<PublishedRecord*>(records);
+  c->applied[0] = c->applied[1] = initial.state;
+  for (int r = 0; r < num_regions(params); ++r)
+    c->regions[0][r] = c->regions[1][r] = stats_region(params, initial.state, r);
+  control_ = reinterpret_cast<FusedControl*>(base);
+  slots_ = c->slots;
 
-  cuda::check(cudaMemsetAsync(base, 0, memory_.size(), stream), "clear control memory");
-  cuda::check(cudaMemcpyAsync(control_, &c, sizeof c, cudaMemcpyHostToDevice, stream), "upload control");
-  cuda::check(cudaMemcpyAsync(base + params_at, &params_, sizeof params_, cudaMemcpyHostToDevice, stream),
-              "upload control parameters");
-  cuda::check(cudaMemcpyAsync(base + block_at, &initial, sizeof initial, cudaMemcpyHostToDevice, stream),
-              "upload control block");
-  cuda::check(cudaStreamSynchronize(stream), "control setup");   // `c` and `initial` are locals
+  cuda::check(cudaMemsetAsync(base + slots_at, 0, memory_.size() - slots_at, stream), "clear control slots");
+  cuda::check(cudaMemcpyAsync(control_, c.get(), sizeof *c, cudaMemcpyHostToDevice, stream), "upload control");
+  cuda::check(cudaStreamSynchronize(stream), "control setup");   // `c` is freed on return
 }
 
-void CudaControl::attach(FusedPreprocess& fused) const { fused.set_control(control_, control_blocks(params_)); }
+void CudaControl::attach(FusedPreprocess& fused) const {
+  // The finisher takes the region count from the launch (fused_kernel), one round trip earlier.
+  if (fused.launch_data().num_outputs != params_.num_outputs)
+    throw ConfigError(fmt::format("cuda control: the fused launch has {} outputs, the control {}",
+                                  fused.launch_data().num_outputs, params_.num_outputs));
+  fused.set_control(control_, control_blocks(params_));
+}
 
 void CudaControl::run(const FusedPreprocess& fused, int frames, cudaStream_t stream) const {
   if (frames < 1 || frames > fused.max_batch())

@@ -15,13 +15,13 @@ namespace framefuse::control {
 
 class CudaControl {
  public:
-  //! Allocates the device parameters, block, D slots, accumulators, previous thumbnail and the
-  //! record ring; uploads iteration 0 (initial_block) on `stream` and waits for it.
+  //! Allocates the device FusedControl (parameters, block, accumulators, mailbox, previous
+  //! thumbnail), D slots and the record ring; uploads iteration 0 (initial_block) on `stream` and waits for it.
   void setup(const ControlParams& params, cudaStream_t stream);
 
-  //! Makes `fused` (set up for the pipeline's outputs, params().num_outputs of them) compute this
-  //! control's statistics in control_blocks() extra blocks of each launch and apply its state; its
-  //! launches must then be one frame each, as run() makes them.
+  //! Makes `fused` (set up for the pipeline's outputs, params().num_outputs of them, else throws
+  //! ConfigError) compute this control's statistics in control_blocks() extra blocks of each launch
+  //! and apply its state; its launches must then be one frame each, as run() makes them.
   void attach(FusedPreprocess& fused) const;
 
   //! Enqueues, on `stream`, the parameter upload of `fused` (attached) and per frame b < `frames`
@@ -47,18 +47,16 @@ class CudaControl {
   const ControlParams& params() const { return params_; }
   //! Device copies, for tests and diagnostics: the block, the D slots, and the thumbnail of the
   //! last completed frame (kThumbPixels values).
-  const ControlBlock* device_block() const { return block_; }
+  const ControlBlock* device_block() const { return &control_->block; }
   const Slot* device_slots() const { return slots_; }
-  const uint16_t* device_thumbnail() const { return previous_; }
+  const uint16_t* device_thumbnail() const { return control_->previous; }
 
  private:
   ControlParams params_{};
-  cuda::DeviceBuffer memory_;       //!< FusedControl and everything it points at
+  cuda::DeviceBuffer memory_;       //!< FusedControl, then its slots
   cuda::PinnedBuffer records_;      //!< kRecordRing PublishedRecords, mapped
   FusedControl* control_ = nullptr;
-  const ControlBlock* block_ = nullptr;
   const Slot* slots_ = nullptr;
-  const uint16_t* previous_ = nullptr;
 };
 
 }  // namespace framefuse::control

@@ -117,7 +117,9 @@ FF_HD Region stats_region(const ControlParams& p, const ControlState& st, int r)
                       moved_edge(p.window[k][1], st.out[k].dy, h, p.frame_h), w, h, p.frame_w, p.frame_h);
 }
 
-FF_HD int num_regions(const ControlParams& p) { return 1 + p.num_outputs; }
+//! Statistics regions of a control with `num_outputs` outputs: the whole frame, then one per output.
+FF_HD int num_regions(int num_outputs) { return 1 + num_outputs; }
+FF_HD int num_regions(const ControlParams& p) { return num_regions(p.num_outputs); }
 
 //! Where iteration b.header.iteration's statistics go: slot i mod D. The statistics step fills
 //! stats.region[r] = finalize() of each region r < num_regions(p) before end_iteration().

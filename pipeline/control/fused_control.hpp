@@ -18,6 +18,10 @@
 //!   i - 1 left (slot, record), then runs the loops of iteration i + 1 on slot i + 1 - d <= i - 1
 //!   and writes applied and regions of i + 1. The host sees each record one launch later;
 //!   CudaControl::flush() closes the last launch's iteration.
+//! The finisher is the launch's critical path, so it gets all its inputs in one memory round trip:
+//! everything it reads lies at fixed places of FusedControl (no pointer to fetch first), whatever
+//! depends on its iteration i it loads for both parities and keeps the one i names, and the slots
+//! of the delay ring it reads come from the mailbox the finisher before it left.
 //! Blocks read before the upload's completion only what earlier launches wrote: only a batch's
 //! first launch overlaps the upload (programmatic dependent launch), later ones start after the
 //! launch before them completed. Output and statistics blocks fetch both parities before the wait
@@ -39,12 +43,21 @@ struct PublishedRecord {
   uint64_t check;
 };
 
-//! FNV-1a over the 32-bit words of `r`, seeded with `seq`.
+//! Word w (value v) of record_check(seq, ...): a 64-bit mix (splitmix64's finaliser) of all three.
+FF_HD uint64_t check_word(uint64_t seq, uint32_t w, uint32_t v) {
+  uint64_t z = seq * 0x9e3779b97f4a7c15ull + (uint64_t{w} << 32 | v);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+//! The XOR of check_word() over the 32-bit words of `r`: the words are mixed apart, so the device
+//! computes it in parallel (one warp) instead of as one chain of dependent steps.
 FF_HD uint64_t record_check(uint64_t seq, const ControlRecord& r) {
   static_assert(sizeof(ControlRecord) % 4 == 0, "ControlRecord is whole words");
-  uint64_t h = 1469598103934665603ull ^ seq;
+  uint64_t h = 0;
   const uint32_t* w = reinterpret_cast<const uint32_t*>(&r);
-  for (size_t i = 0; i < sizeof(ControlRecord) / 4; ++i) h = (h ^ w[i]) * 1099511628211ull;
+  for (uint32_t i = 0; i < sizeof(ControlRecord) / 4; ++i) h ^= check_word(seq, i, w[i]);
   return h;
 }
 
@@ -71,29 +84,44 @@ FF_HD bool closes_late(const ControlParams& p) { return p.delay >= 2; }
 //! statistics blocks.
 FF_HD int32_t control_blocks(const ControlParams& p) { return kStatsBlocks + (closes_late(p) ? 1 : 0); }
 
-//! Device memory of one pipeline's control.
-struct FusedControl {
-  const ControlParams* params;
-  ControlBlock* block;         //!< header (counter of closed iterations), state, loop memory
-  Slot* slots;                 //!< params->depth slots
-  uint16_t* previous;          //!< kThumbPixels: the previous frame's thumbnail, rewritten in place
-  TermAccum* accum;            //!< 2 x kMaxRegions: iteration i adds into accum[(i & 1) * kMaxRegions + r],
-                               //!< zero until the iteration is closed
+//! The part of FusedControl that a d >= 2 finisher fetches whole, as one contiguous run, in its first
+//! memory round trip (its accumulators and the mailbox's slot travel beside it, FusedControl).
+struct ControlHead {
+  ControlParams params;
+  ControlBlock block;          //!< header (counter of closed iterations), state, loop memory
+  Slot* slots;                 //!< params.depth slots
   PublishedRecord* records;    //!< kRecordRing entries of mapped pinned host memory
-  uint32_t ticket;             //!< d = 1: statistics blocks of the running iteration that finished
   uint64_t launches;           //!< iterations begun (the parameter upload advances it per batch)
   uint64_t batch_first;        //!< iteration of the current batch's frame 0
   uint64_t finisher_next;      //!< closes_late(): the iteration of the next finisher's launch
-  int32_t delay, depth, regions_n;   //!< params->delay, depth and num_regions(*params), for the
-                                     //!< finisher one memory round trip earlier
+  uint32_t ticket;             //!< d = 1: statistics blocks of the running iteration that finished
   Health::State reported;      //!< closes_late(): health after the loops of iteration finisher_next - 1,
                                //!< which the record of that iteration carries
   ControlState applied[2];     //!< iteration i's outputs apply applied[i & 1]
   Region regions[2][kMaxRegions];   //!< iteration i's statistics regions (stats_region())
+  RegionStats mail_before;     //!< closes_late(): mailbox, see FusedControl
+};
+
+//! Device memory of one pipeline's control: this, then params.depth slots at `slots`, in one
+//! allocation. Members at fixed places, so a block that has the FusedControl pointer fetches any of
+//! them in one memory round trip.
+//!
+//! The mailbox (closes_late()): what a finisher leaves for the next one, so that the next one reads
+//! no slot of the delay ring (whose index depends on its iteration). With finisher_next = i (before
+//! finisher i runs), mail_observed holds slot i + 1 - d (the input of the loops of i + 1) once that
+//! iteration is closed (with d = 2 and i - 1 still open finisher i closes it itself), mail_before
+//! region 0 of slot i - d once it exists. Finisher i leaves, for i + 1, region 0 of the slot it
+//! observed and, with d >= 3, slot i + 2 - d (the one it closed, or a copy from the ring);
+//! flush_control, with d = 2, the slot it closed. Setup leaves both empty: no finisher reads them
+//! before they are written.
+struct FusedControl : ControlHead {
+  TermAccum accum[2][kMaxRegions];   //!< iteration i adds into accum[i & 1][r], zero until it is closed
+  Slot mail_observed;
+  uint16_t previous[kThumbPixels];   //!< the previous frame's thumbnail, rewritten in place
 };
 
 //! The accumulators of iteration i's regions.
-FF_HD TermAccum* iteration_accum(const FusedControl& c, uint64_t i) { return c.accum + (i & 1u) * kMaxRegions; }
+FF_HD TermAccum* iteration_accum(FusedControl& c, uint64_t i) { return c.accum[i & 1u]; }
 
 //! What the parameter upload does before a batch of `frames` launches.
 FF_HD void begin_batch(FusedControl& c, int frames) {

@@ -7,8 +7,9 @@
 //! write-back). With d = 1 it must end inside the iteration's own launch, after its statistics: each
 //! statistics block fetches, before the upload's completion, everything the last block could need
 //! besides the totals. With d >= 2 the next launch's finisher block runs it beside that launch's
-//! tiles, waiting for nothing of the launch. Either way the block works on shared copies with
-//! parallel threads wherever the work splits.
+//! tiles, waiting for nothing of the launch, and fetches all its inputs in one round trip
+//! (fused_control.hpp). Either way the block works on shared copies with parallel threads wherever
+//! the work splits, with as few barriers as the data flow allows.
 #include "pipeline/control/fused_control.hpp"
 #include "pipeline/control/thumbnail.hpp"
 
@@ -84,6 +85,35 @@ constexpr int words_of() {
   return static_cast<int>(sizeof(T) / 4);
 }
 
+//! Words per thread that cover `words` words.
+constexpr int per_thread(int words) { return (words + kStatsThreads - 1) / kStatsThreads; }
+
+//! Up to K * kStatsThreads words of a copy held in the registers of every thread (word t + k *
+//! kStatsThreads in v[k]): load() them, store() them where the copy goes once the round trip is
+//! over. Loads of several Words before any store cost one round trip together.
+template <int K>
+struct Words {
+  uint32_t v[K];
+
+  __device__ __forceinline__ void load(const void* src, int words) {
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      if (const int w = static_cast<int>(threadIdx.x) + k * kStatsThreads; w < words)
+        v[k] = __ldcg(static_cast<const uint32_t*>(src) + w);
+  }
+  //! v[k] = other.v[k] where `take`.
+  __device__ __forceinline__ void take_if(bool take, const Words& other) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) v[k] = take ? other.v[k] : v[k];
+  }
+  __device__ __forceinline__ void store(void* dst, int words) const {
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      if (const int w = static_cast<int>(threadIdx.x) + k * kStatsThreads; w < words)
+        static_cast<uint32_t*>(dst)[w] = v[k];
+  }
+};
+
 //! Bytes of a Slot up to and including region n - 1's statistics: all that an iteration writes.
 __device__ __forceinline__ size_t slot_bytes(int n) {
   return offsetof(Slot, stats) + offsetof(FrameStats, region) + sizeof(RegionStats) * size_t(n);
@@ -92,16 +122,12 @@ __device__ __forceinline__ int slot_words(int n) { return static_cast<int>(slot_
 
 //! The working copies of the block that ends an iteration (shared memory, staged()).
 struct Staged {
-  ControlParams params;
-  ControlBlock block;
+  //! The finisher: all of FusedControl's head. d = 1: params, block and mail_before (region 0 of
+  //! the slot before the observed one); reported and regions[i & 1] of the iteration it closes.
+  ControlHead head;
   TermAccum accum[kMaxRegions];   //!< the closed iteration's totals
-  Region regions[kMaxRegions];    //!< its regions
-  ControlState used;              //!< the state its outputs got (closes_late())
-  Health::State reported;         //!< the health its record carries (closes_late())
   Slot current;                   //!< its slot, filled here
-  Slot observed;                  //!< the slot the loops read when it is not `current`
-  RegionStats before;             //!< region 0 of the slot observed before that one, when it exists
-  RegionSums sums[kMaxRegions];
+  Slot observed;                  //!< the slot the loops read when it is not `current` (closes_late())
   ControlRecord record;
 };
 
@@ -117,176 +143,197 @@ __device__ __forceinline__ void clear_words(void* dst, int words) {
     static_cast<uint32_t*>(dst)[i] = 0;
 }
 
-//! Every thread: st.current's statistics of the n regions from st.accum and st.regions, one field
-//! of one region per thread (finalize_field).
-__device__ __forceinline__ void finalize_staged(Staged& st, int n) {
+//! Every thread, one phase with no barrier (the caller ends it): st.current becomes the closed slot
+//! of the iteration st.head.block's counter names, from st.accum, its n `regions` and `used`, the
+//! state its outputs got: each of n * kStatFields threads sums its region's terms and finalises one
+//! field (finalize_field), the others copy the histograms and the state. Thread 0 returns the header
+//! close_slot_header() advanced, to be stored once no thread reads st.head.block's any more.
+__device__ __forceinline__ RingHeader close_staged(Staged& st, int n, const Region* regions, const ControlState& used) {
   const int tid = static_cast<int>(threadIdx.x);
-  if (tid < n) {
-    st.sums[tid] = RegionSums{};
-    add_terms(st.sums[tid], st.accum[tid].terms);
-    st.current.stats.region[tid].pixels = static_cast<uint32_t>(st.sums[tid].pixels);
+  if (tid < n * kStatFields) {
+    const int r = tid / kStatFields, f = tid % kStatFields;
+    RegionSums sums{};
+    add_terms(sums, st.accum[r].terms);
+    set_field(st.current.stats.region[r], f, finalize_field(sums, regions[r], f));
+    if (f == 0) st.current.stats.region[r].pixels = static_cast<uint32_t>(sums.pixels);
   }
   for (int i = tid; i < n * kHistBins; i += kStatsThreads)
     st.current.stats.region[i / kHistBins].hist[i % kHistBins] = st.accum[i / kHistBins].hist[i % kHistBins];
-  __syncthreads();
-  if (tid < n * kStatFields) {
-    const int r = tid / kStatFields, f = tid % kStatFields;
-    set_field(st.current.stats.region[r], f, finalize_field(st.sums[r], st.regions[r], f));
-  }
-  __syncthreads();
-}
-
-//! Every thread: close_slot() of the iteration st.block's counter names, with `used` (one word
-//! per thread, the header in thread 0), then its record with `health` (one thread per
-//! make_record_part()).
-__device__ __forceinline__ void close_staged(Staged& st, const ControlState& used, const Health::State& health) {
-  const int tid = static_cast<int>(threadIdx.x);
   copy_words(&st.current.applied, &used, sizeof used);
-  if (tid == 0) close_slot_header(st.params, st.current, st.block.header);
-  __syncthreads();
-  if (tid < kRecordParts) make_record_part(st.params, st.current, health, tid, st.record);
-  __syncthreads();
+  RingHeader h = st.head.block.header;
+  if (tid == 0) close_slot_header(st.head.params, st.current, h);
+  return h;
 }
 
-//! Every thread: the loops of iteration `step_for` on st.block, control_step()'s parts at once:
-//! warp 0 sums the scene distance's terms and its first lane runs health, warp 1 runs auto_gain
-//! with one lane per output, warp 2's first lane roi_follow. The slot they observe is st.current
-//! when it holds that iteration (`current` its iteration, `has_current` whether it holds one),
-//! else st.observed. Each part steps a copy in registers of the words of the block it owns
-//! (control_step.hpp), so its shared-memory reads need not wait for its writes, then stores them.
-__device__ __forceinline__ void run_loops(Staged& st, uint64_t step_for, bool has_current, uint64_t current) {
-  static_assert(kStatsThreads >= 96 && kMaxOutputs <= 32, "three warps, one lane per output");
+//! Every thread, then a barrier: the record of the slot st.current (when `closed`, with the health
+//! st.head.reported; warp kRecordWarp, one lane per make_record_part()) beside the loops of the
+//! next iteration on st.head.block (when `o`, the slot they observe, is not null): warp 0 sums the
+//! scene distance's terms (against st.head.mail_before when `has_before`) and its first lane runs
+//! health, warp 1 runs auto_gain with one lane per output, warp 2's first lane roi_follow. Each loop
+//! steps a copy in registers of the words of the block it owns (control_step.hpp), so its
+//! shared-memory reads need not wait for its writes, then stores them.
+inline constexpr int kRecordWarp = 3;
+__device__ __forceinline__ void record_and_loops(Staged& st, bool closed, const Slot* o, bool has_before) {
+  static_assert(kStatsThreads >= 32 * (kRecordWarp + 1) && kMaxOutputs <= 32 && kRecordParts <= 32,
+                "three warps for the loops, one for the record, one lane per output or part");
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / 32, lane = tid % 32;
-  const ControlParams& p = st.params;
-  const bool has_observed = has_input(step_for, p.delay), has_before = has_input(step_for, p.delay + 1);
-  const Slot* const o = !has_observed                                            ? nullptr
-                        : has_current && step_for - uint64_t(p.delay) == current ? &st.current
-                                                                                 : &st.observed;
-  if (o && warp == 0) {
+  const ControlParams& p = st.head.params;
+  ControlBlock& block = st.head.block;
+  const RegionStats& before = st.head.mail_before;
+  if (closed && warp == kRecordWarp && lane < kRecordParts) {
+    make_record_part(p, st.current, st.head.reported, lane, st.record);
+  } else if (o && warp == 0) {
     uint64_t d = 0;
     if (has_before)
-      for (int bin = lane; bin < kHistBins; bin += 32) d += hist_term(o->stats.region[0], st.before, bin);
+      for (int bin = lane; bin < kHistBins; bin += 32) d += hist_term(o->stats.region[0], before, bin);
     d = warp_sum(d);
     if (lane == 0) {
       ControlBlock b;
-      b.loops.health = st.block.loops.health;
-      step_health(p, *o, has_before ? hist_distance_of(d, o->stats.region[0], st.before) : 0.f, b);
-      st.block.loops.health = b.loops.health;
+      b.loops.health = block.loops.health;
+      step_health(p, *o, has_before ? hist_distance_of(d, o->stats.region[0], before) : 0.f, b);
+      block.loops.health = b.loops.health;
     }
   } else if (o && warp == 1 && lane < p.num_outputs) {
     ControlBlock b;
-    b.state.out[lane].gain = st.block.state.out[lane].gain;
-    b.loops.integral[lane] = st.block.loops.integral[lane];
+    b.state.out[lane].gain = block.state.out[lane].gain;
+    b.loops.integral[lane] = block.loops.integral[lane];
     step_auto_gain(p, *o, lane, b);
-    st.block.state.out[lane].gain = b.state.out[lane].gain;
-    st.block.loops.integral[lane] = b.loops.integral[lane];
+    block.state.out[lane].gain = b.state.out[lane].gain;
+    block.loops.integral[lane] = b.loops.integral[lane];
   } else if (o && warp == 2 && lane == 0 && (p.loops & kLoopRoiFollow)) {
     const int k = p.roi_follow.output;   // its gain is warp 1's
     ControlBlock b;
-    b.loops.roi = st.block.loops.roi;
-    b.state.out[k].dx = st.block.state.out[k].dx;
-    b.state.out[k].dy = st.block.state.out[k].dy;
+    b.loops.roi = block.loops.roi;
+    b.state.out[k].dx = block.state.out[k].dx;
+    b.state.out[k].dy = block.state.out[k].dy;
     step_roi_follow(p, *o, b);
-    st.block.loops.roi = b.loops.roi;
-    st.block.state.out[k].dx = b.state.out[k].dx;
-    st.block.state.out[k].dy = b.state.out[k].dy;
+    block.loops.roi = b.loops.roi;
+    block.state.out[k].dx = b.state.out[k].dx;
+    block.state.out[k].dy = b.state.out[k].dy;
   }
   __syncthreads();
 }
 
 //! Every thread: the closed iteration's slot and record (when `closed`), the block, and (when
 //! `stepped`) the applied state and regions of iteration `step_for`, one word per thread; the
-//! record without fences (PublishedRecord).
+//! record without fences (PublishedRecord), its check summed by the last warp.
 __device__ __forceinline__ void write_back(FusedControl& c, const Staged& st, int n, bool closed, uint64_t iteration,
                                            bool stepped, uint64_t step_for) {
   const int tid = static_cast<int>(threadIdx.x);
-  const ControlParams& p = st.params;
-  if (closed) copy_words(&c.slots[write_slot(iteration, p.depth)], &st.current, slot_bytes(n));
-  copy_words(c.block, &st.block, sizeof st.block);
+  const ControlHead& h = st.head;
+  if (closed) copy_words(&h.slots[write_slot(iteration, h.params.depth)], &st.current, slot_bytes(n));
+  copy_words(&c.block, &h.block, sizeof h.block);
   if (stepped) {
-    copy_words(&c.applied[step_for & 1u], &st.block.state, sizeof st.block.state);
-    if (tid < n) c.regions[step_for & 1u][tid] = stats_region(p, st.block.state, tid);
+    copy_words(&c.applied[step_for & 1u], &h.block.state, sizeof h.block.state);
+    if (tid < n) c.regions[step_for & 1u][tid] = stats_region(h.params, h.block.state, tid);
   }
   if (!closed) return;
-  PublishedRecord& e = c.records[iteration % kRecordRing];
+  PublishedRecord& e = h.records[iteration % kRecordRing];
   constexpr int kWords = words_of<ControlRecord>();
-  static_assert(kWords < kStatsThreads, "one thread per word of the record");
-  if (tid < kWords) reinterpret_cast<uint32_t*>(&e.record)[tid] = reinterpret_cast<const uint32_t*>(&st.record)[tid];
-  if (tid == kWords) {
-    e.seq = iteration + 1;
-    e.check = record_check(iteration + 1, st.record);
+  static_assert(kWords <= kStatsThreads, "one thread per word of the record");
+  const uint32_t* const words = reinterpret_cast<const uint32_t*>(&st.record);
+  if (tid < kWords) reinterpret_cast<uint32_t*>(&e.record)[tid] = words[tid];
+  if (tid / 32 == kWarps - 1) {
+    const uint64_t seq = iteration + 1;
+    uint64_t sum = 0;
+    for (int w = tid % 32; w < kWords; w += 32) sum ^= check_word(seq, static_cast<uint32_t>(w), words[w]);
+    for (int offset = 16; offset > 0; offset /= 2) sum ^= __shfl_xor_sync(kAllLanes, sum, offset);
+    if (tid % 32 == 0) {
+      e.seq = seq;
+      e.check = sum;
+    }
   }
 }
 
 //! d = 1: the end of iteration i = `iteration` in its last statistics block (every thread; `regions`
-//! the iteration's, `st` staged by stats_block(): params, block, before): the totals are read back
-//! from its accumulators (and cleared), its statistics finalised, the iteration closed (as
-//! close_iteration()), then the loops of iteration i + 1 on its own slot, and everything written
-//! back.
+//! the iteration's, `st` staged by stats_block(): params, block, mail_before): the totals are read
+//! back from its accumulators (and cleared), its statistics finalised, the iteration closed (as
+//! close_iteration()), then the loops of iteration i + 1 on its own slot beside its record, and
+//! everything written back.
 __device__ __noinline__ void finish_iteration(FusedControl& c, Staged& st, uint64_t iteration, int n,
                                               const Region* regions) {
   const int tid = static_cast<int>(threadIdx.x);
   TermAccum* const accum = iteration_accum(c, iteration);
+  if (tid == 0) {
+    st.head.slots = c.slots;
+    st.head.records = c.records;
+  }
   const Run runs[] = {{st.accum, accum, n * words_of<TermAccum>()}};
   copy_runs(runs);
-  if (tid < n) st.regions[tid] = regions[tid];
   __syncthreads();
   clear_words(accum, n * words_of<TermAccum>());
-  finalize_staged(st, n);
-  close_staged(st, st.block.state, st.block.loops.health);
-  run_loops(st, iteration + 1, true, iteration);
+  const RingHeader closed = close_staged(st, n, regions, st.head.block.state);
+  copy_words(&st.head.reported, &st.head.block.loops.health, sizeof st.head.reported);   // before the loops of i + 1
+  __syncthreads();
+  if (tid == 0) st.head.block.header = closed;
+  record_and_loops(st, true, &st.current, has_input(iteration + 1, st.head.params.delay + 1));
   write_back(c, st, n, true, iteration, true, iteration + 1);
   if (tid == 0) c.ticket = 0;
 }
 
 //! d >= 2 (closes_late()): the finisher block of launch i = c.finisher_next (every thread, before and
-//! without any wait for the upload). Iteration i - 1, when still open (the block's counter), is
-//! closed from the totals launch i - 1 left: its slot with the state its outputs got, its record with
-//! the health `reported` kept for it. With `step`, the health after the loops of iteration i is kept
-//! for iteration i's record, the loops of iteration i + 1 run on slot i + 1 - d and the applied
-//! state and regions of i + 1 go out; finisher_next becomes i + 1. Without `step` (flush_control):
-//! only the close.
-__device__ __noinline__ void finish_late(FusedControl& c, bool step) {
+//! without any wait for the upload; n = num_regions(c.params)). Iteration i - 1, when still open (the
+//! block's counter), is closed from the totals launch i - 1 left: its slot with the state its
+//! outputs got, its record with the health `reported` kept for it. With `step`, the health after the
+//! loops of iteration i is kept for iteration i's record, the loops of iteration i + 1 run on slot
+//! i + 1 - d and the applied state and regions of i + 1 go out; finisher_next becomes i + 1. Without
+//! `step` (flush_control): only the close. One memory round trip fetches every input (fused_control.
+//! hpp): the head whole, the accumulators of both parities (it keeps those of i - 1) and the
+//! mailbox's slot, which with the mailbox's region it keeps up for the next finisher. Global
+//! memory is written only after the loops.
+__device__ __noinline__ void finish_late(FusedControl& c, int n, bool step) {
+  constexpr int kTotals = words_of<TermAccum>() * kMaxRegions;
   Staged& st = staged();
   const int tid = static_cast<int>(threadIdx.x);
-  const uint64_t i = c.finisher_next, closing = i - 1;
-  const int n = c.regions_n;
-  const RingHeader next{i + 1, c.delay, c.depth};
-  const Slot* const observed = observed_slot(c.slots, next);
-  const Slot* const before = before_slot(c.slots, next);
-  TermAccum* const accum = iteration_accum(c, closing);
-  const bool any = i > 0;
-  // With d = 2 the loops observe the iteration this block closes (i + 1 - d = i - 1): its slot is
-  // st.current, unless a flush closed it already (read below then).
-  const bool observes_closing = any && c.delay == 2;
-  const Run runs[] = {
-      {&st.params, c.params, words_of<ControlParams>()},
-      {&st.block, c.block, words_of<ControlBlock>()},
-      {&st.reported, &c.reported, words_of<Health::State>()},
-      {st.accum, accum, any ? n * words_of<TermAccum>() : 0},
-      {st.regions, c.regions[closing & 1u], any ? n * words_of<Region>() : 0},
-      {&st.used, &c.applied[closing & 1u], any ? words_of<ControlState>() : 0},
-      {&st.observed, observed, step && observed && !observes_closing ? slot_words(n) : 0},
-      {&st.before, before ? &before->stats.region[0] : nullptr, step && before ? words_of<RegionStats>() : 0}};
-  copy_runs(runs);
+  const int totals = n * words_of<TermAccum>(), observed_words = step ? slot_words(n) : 0;
+  {
+    const uint64_t i = __ldcg(reinterpret_cast<const unsigned long long*>(&c.finisher_next));
+    Words<per_thread(words_of<ControlHead>())> head;
+    Words<per_thread(kTotals)> even, odd;
+    Words<per_thread(words_of<Slot>())> observed;
+    head.load(static_cast<const ControlHead*>(&c), words_of<ControlHead>());
+    even.load(c.accum[0], totals);
+    odd.load(c.accum[1], totals);
+    observed.load(&c.mail_observed, observed_words);
+    head.store(&st.head, words_of<ControlHead>());
+    even.take_if((i & 1u) == 0, odd);   // the totals of i - 1
+    even.store(st.accum, totals);
+    observed.store(&st.observed, observed_words);
+  }
   __syncthreads();
-  const bool open = any && st.block.header.iteration == closing;
-  if (open) {
-    clear_words(accum, n * words_of<TermAccum>());
-    finalize_staged(st, n);
-    close_staged(st, st.used, st.reported);
-  }
-  if (step) {
-    if (observes_closing && !open) {
-      const Run flushed[] = {{&st.observed, observed, slot_words(n)}};
-      copy_runs(flushed);
-    }
-    copy_words(&c.reported, &st.block.loops.health, sizeof(Health::State));   // before the loops of i + 1
-    __syncthreads();
-    run_loops(st, i + 1, open, closing);
-  }
+  const ControlHead& h = st.head;
+  const uint64_t i = h.finisher_next, closing = i - 1;
+  const int d = h.params.delay;
+  const bool open = i > 0 && h.block.header.iteration == closing;
+  // The slot the next finisher observes, i + 2 - d, when this one does not close it (d = 3, open)
+  // and it is closed already (d >= 3): from the ring, stored after the round trip.
+  const bool carry = step && d >= 3 && has_input(i + 2, d) && !(open && d == 3);
+  Words<per_thread(words_of<Slot>())> carried;
+  if (carry) carried.load(&h.slots[read_slot(i + 2, d, h.params.depth)], slot_words(n));
+  // The health after the loops of i, for the record of i, before the loops of i + 1 change it.
+  constexpr int kHealthWords = words_of<Health::State>();
+  static_assert(kHealthWords <= kStatsThreads, "one word per thread");
+  const bool keeps_health = step && tid < kHealthWords;
+  const uint32_t health = keeps_health ? reinterpret_cast<const uint32_t*>(&h.block.loops.health)[tid] : 0;
+  RingHeader closed{};
+  if (open) closed = close_staged(st, n, h.regions[closing & 1u], h.applied[closing & 1u]);
+  __syncthreads();
+  if (open && tid == 0) st.head.block.header = closed;
+  // The loops of i + 1 observe slot i + 1 - d: with d = 2 the one this block closes, unless a flush
+  // closed it already (then, as always with d >= 3, the mailbox's).
+  const Slot* const observed = !step || !has_input(i + 1, d) ? nullptr : open && d == 2 ? &st.current : &st.observed;
+  record_and_loops(st, open, observed, has_input(i + 1, d + 1));
   write_back(c, st, n, open, closing, step, i + 1);
+  if (open) clear_words(c.accum[closing & 1u], totals);
+  if (keeps_health) reinterpret_cast<uint32_t*>(&c.reported)[tid] = health;
+  // The mailbox of finisher i + 1 (finisher i when `step` is false): the slot it observes, where this
+  // block has it, and the region 0 before it.
+  const uint64_t next = step ? i + 1 : i;
+  if (open && has_input(next + 1, d) && closing == next + 1 - uint64_t(d))
+    copy_words(&c.mail_observed, &st.current, slot_bytes(n));
+  if (carry) carried.store(&c.mail_observed, slot_words(n));
+  if (observed) copy_words(&c.mail_before, &observed->stats.region[0], sizeof(RegionStats));
   if (step && tid == 0) c.finisher_next = i + 1;
 }
 
@@ -313,9 +360,9 @@ __device__ __noinline__ void stats_block(FusedControl& c, const FusedParams* par
   __shared__ bool last;
   detail::Staged& st = detail::staged();
   const int tid = static_cast<int>(threadIdx.x);
-  const ControlParams& gp = *c.params;
+  const ControlParams& gp = c.params;
   const int n = num_regions(gp);
-  uint64_t iteration = late ? 0 : c.block->header.iteration;
+  uint64_t iteration = late ? 0 : c.block.header.iteration;
   const int t = block * kStatsThreads + tid;
   const int tx = t % kThumbW, ty = t / kThumbW;
   int xs[kThumbSamples], ys[kThumbSamples];
@@ -327,9 +374,9 @@ __device__ __noinline__ void stats_block(FusedControl& c, const FusedParams* par
   if (!late) {   // the loops of iteration i + 1 read slot i (this one) and slot i - 1
     const Slot* const before = before_slot(c.slots, RingHeader{iteration + 1, gp.delay, gp.depth});
     const detail::Run runs[] = {
-        {&st.params, &gp, detail::words_of<ControlParams>()},
-        {&st.block, c.block, detail::words_of<ControlBlock>()},
-        {&st.before, before ? &before->stats.region[0] : nullptr, before ? detail::words_of<RegionStats>() : 0}};
+        {&st.head.params, &gp, detail::words_of<ControlParams>()},
+        {&st.head.block, &c.block, detail::words_of<ControlBlock>()},
+        {&st.head.mail_before, before ? &before->stats.region[0] : nullptr, before ? detail::words_of<RegionStats>() : 0}};
     detail::copy_runs(runs);
   }
 
@@ -379,15 +426,16 @@ __device__ __noinline__ void stats_block(FusedControl& c, const FusedParams* par
   detail::finish_iteration(c, st, iteration, n, region_of);
 }
 
-//! Block `block` of the control_blocks() that precede the output tiles of launch `frame` (`blocks`
-//! of them): with d >= 2 block 0 is the finisher (detail::finish_late), the others compute the
-//! statistics (stats_block).
+//! Block `block` of the control_blocks() that precede the output tiles of launch `frame` of
+//! `launch` (launch.stats_blocks of them): with d >= 2 block 0 is the finisher (detail::
+//! finish_late), the others compute the statistics (stats_block).
 template <ops::PixelFormat F, class Wait>
-__device__ __forceinline__ void control_block(FusedControl& c, const FusedParams* params, int frame, int block,
-                                              int blocks, Wait wait) {
-  const bool late = blocks > kStatsBlocks;
-  if (late && block == 0) return detail::finish_late(c, true);
-  stats_block<F>(c, params, frame, late ? block - 1 : block, late, wait);
+__device__ __forceinline__ void control_block(const FusedLaunch& launch, int frame, int block, Wait wait) {
+  FusedControl& c = *launch.control;
+  const bool late = launch.stats_blocks > kStatsBlocks;
+  // The launch's outputs are the control's (CudaControl::attach): n without a memory round trip.
+  if (late && block == 0) return detail::finish_late(c, num_regions(launch.num_outputs), true);
+  stats_block<F>(c, launch.block, frame, late ? block - 1 : block, late, wait);
 }
 
 }  // namespace framefuse::control

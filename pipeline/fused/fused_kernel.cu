@@ -108,8 +108,7 @@ __global__ void __launch_bounds__(kBlockThreads, FF_FUSED_MIN_BLOCKS)
   if constexpr (with_control(M)) {
     tile -= launch.stats_blocks;
     if (tile < 0) {   // uniform per block: pipeline/control/stats_blocks.cuh
-      control::control_block<F>(*launch.control, launch.block, b, static_cast<int>(blockIdx.x), launch.stats_blocks,
-                                [] { wait_for_upload(); });
+      control::control_block<F>(launch, b, static_cast<int>(blockIdx.x), [] { wait_for_upload(); });
       return;
     }
   }
@@ -150,7 +149,7 @@ __global__ void __launch_bounds__(kStageThreads) stage_params(const uint4* __res
 
 //! One block: closes the iteration a d >= 2 control left open (control::detail::finish_late).
 __global__ void __launch_bounds__(control::kStatsThreads) flush_control(control::FusedControl* control) {
-  control::detail::finish_late(*control, false);
+  control::detail::finish_late(*control, control::num_regions(control->params), false);
 }
 
 //! The narrowest instantiation (fused_kernel's M) that computes every output of `launch`.

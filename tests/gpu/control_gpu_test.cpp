@@ -319,6 +319,57 @@ TEST_P(GpuControlEngine, RecordsEqualTheCpuEngine) {
 INSTANTIATE_TEST_SUITE_P(Clips, GpuControlEngine, ::testing::ValuesIn(engine_cases()),
                          [](const ::testing::TestParamInfo<EngineCase>& i) { return i.param.name; });
 
+TEST(GpuControlEngine, SetupAgainAndEveryFlushPatternKeepTheCpuRecords) {
+  // With d >= 2 each finisher takes the delay ring's slots from the mailbox the one before it (or a
+  // flush) left (fused_control.hpp). One CudaControl, set up again for d = 2, 3 and 5 on the same
+  // fused launch, runs each time through flushes before the first frame, after single frames, twice
+  // after one frame and after every frame of a stretch; every record equals the CPU engine's.
+  const auto spec_for = [](int d) {
+    return control_pipeline("gpu", {gray_output("all"), gray_output("win", pixels(128, 58, 64, 64))},
+                            loops(d, true, true, true));
+  };
+  const FrameInfo info = control_frame_info();
+  const ops::ColorParams color = make_color_params(spec_for(2).color, info);
+  const auto plans = make_output_plans(spec_for(2), info);
+  const cuda::Stream stream = cuda::make_stream();
+  ControlledLaunch gpu(info, plans, plan_control(spec_for(2), plans), stream);
+  for (const int d : {2, 3, 5}) {
+    SCOPED_TRACE("d = " + std::to_string(d));
+    const control::ControlParams params = plan_control(spec_for(d), plans);
+    gpu.control.setup(params, stream);
+    gpu.control.attach(gpu.fused);
+    control::ControlEngine cpu;
+    cpu.setup(params);
+    gpu.control.flush(stream);   // nothing to close yet
+    cuda::check(cudaStreamSynchronize(stream), "flush after setup");
+    EXPECT_FALSE(gpu.control.record().has_value()) << "a record before the first frame";
+    std::vector<ControlRecord> cpu_records;
+    uint32_t flags = 0;
+    for (int n = 0; n < 48; ++n) {
+      SCOPED_TRACE("frame " + std::to_string(n));
+      const HostImage img = painted(all_clip(3 * n));
+      const DeviceImage dev = upload(img);
+      const FrameSlot slot{dev.view, color};
+      gpu.set_frames({&slot, 1});
+      gpu.control.run(gpu.fused, 1, stream);
+      const int flushes = n % 11 == 2 ? 1 : n % 11 == 6 ? 2 : n >= 30 && n < 37 ? 1 : 0;
+      for (int f = 0; f < flushes; ++f) gpu.control.flush(stream);
+      cuda::check(cudaStreamSynchronize(stream), "control iteration");
+      cpu_records.push_back(cpu_step(cpu, img, color));
+      const int lag = flushes > 0 ? 0 : 1;
+      const std::optional<ControlRecord> r = gpu.control.record();
+      ASSERT_EQ(r.has_value(), n >= lag);
+      if (!r) continue;
+      ASSERT_EQ(r->iteration, uint64_t(n - lag));
+      expect_same_record(*r, cpu_records[size_t(n - lag)]);
+      flags |= r->health_flags;
+      if (HasFailure()) return;
+    }
+    EXPECT_NE(cpu_records.back().out[0].gain, 1.f) << "the clip never changed the gain";
+    EXPECT_NE(flags, 0u) << "the clip raised no health flag";
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Delay semantics on the device
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "pipeline/control/control_engine.hpp"
+#include "pipeline/control/fused_control.hpp"
 #include "pipeline/error.hpp"
 #include "pipeline/exec/cpu_executor.hpp"
 #include "pipeline/runtime/pipeline_stats.hpp"
@@ -946,6 +947,38 @@ TEST(PipelineStatsControl, SnapshotNamesOutputsAndKeepsEventTotals) {
   r.health_events[Health::kBlack] = 1;
   stats.set_control(r);
   EXPECT_EQ(stats.snapshot().control->health_events[Health::kBlack], 3u);
+}
+
+TEST(PublishedRecordCheck, ChangesWithEveryWordAndTheSequence) {
+  // The host accepts a record-ring entry only when its check matches (control_cuda.cpp): a torn or
+  // half-written entry, or one of another iteration, must not match.
+  std::mt19937 rng(4242);
+  constexpr size_t kWords = sizeof(ControlRecord) / 4;
+  const auto random_record = [&] {
+    std::array<uint32_t, kWords> w{};
+    for (auto& v : w) v = static_cast<uint32_t>(rng());
+    ControlRecord r{};
+    std::memcpy(&r, w.data(), sizeof r);
+    return r;
+  };
+  const ControlRecord r = random_record(), other = random_record();
+  constexpr uint64_t kSeq = 1234567;
+  const uint64_t base = control::record_check(kSeq, r);
+  EXPECT_EQ(control::record_check(kSeq, r), base) << "not deterministic";
+  EXPECT_NE(control::record_check(kSeq + 1, r), base) << "the same record of another iteration";
+  for (size_t i = 0; i < kWords; ++i) {
+    ControlRecord changed = r;
+    reinterpret_cast<uint32_t*>(&changed)[i] ^= 1u << (rng() % 32);
+    EXPECT_NE(control::record_check(kSeq, changed), base) << "one bit of word " << i;
+    ControlRecord torn = r;   // words from i on still the other record's
+    std::memcpy(reinterpret_cast<uint32_t*>(&torn) + i, reinterpret_cast<const uint32_t*>(&other) + i,
+                4 * (kWords - i));
+    EXPECT_NE(control::record_check(kSeq, torn), base) << "torn from word " << i;
+  }
+  ControlRecord swapped = r;   // two words exchanged: the check depends on where each word is
+  std::swap(reinterpret_cast<uint32_t*>(&swapped)[0], reinterpret_cast<uint32_t*>(&swapped)[1]);
+  ASSERT_NE(std::memcmp(&swapped, &r, sizeof r), 0) << "seeded words 0 and 1 differ";
+  EXPECT_NE(control::record_check(kSeq, swapped), base);
 }
 
 }  // namespace
