@@ -340,8 +340,9 @@ void PipelineRunner::start() {
           current = frame->info;
         }
         if (static_cast<int>(in_flight.size()) == executor->max_in_flight()) complete_oldest();
+        const Clock::time_point submitted_at = Clock::now();   // the queue wait ends here, as in BatchGroup
         executor->submit({&frame->view, 1}, {&frame->memory, 1}, {&frame->owner, 1});
-        in_flight.push_back({frame->index, frame->decoded_at, Clock::now()});
+        in_flight.push_back({frame->index, frame->decoded_at, submitted_at});
       }
       // Final counts: the decode thread has ended (it closes the queue last) and nothing is in
       // flight, so the only slot still leased is the preview frame's (latest_frame()).
