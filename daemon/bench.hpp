@@ -94,6 +94,7 @@ struct LiveTrial {
   double latency_p50_s = 0, latency_p99_s = 0, latency_mean_s = 0;
   uint64_t latency_frames = 0;           //!< frames those latencies are of
   double queue_wait_p99_s = 0;           //!< the part of it before the submit (queue, ring slot), bucket bound
+  double submit_p99_s = 0;               //!< the part of it in the submit call, bucket bound
   StreamMemory memory;                   //!< per stream, against the 1-stream run of the pipeline phase
 };
 

@@ -225,6 +225,10 @@ std::string render_metrics(const DaemonSnapshot& d, std::span<const PipelineSnap
                    "Part of decode_to_output before the frame's processing was enqueued (waiting in the queue "
                    "and for a free executor slot).",
                    &PipelineSnapshot::queue_wait);
+  render_histogram(e, pipelines, "framefuse_submit_seconds",
+                   "Part of decode_to_output in the call that enqueued the frame's processing (host time launching "
+                   "it: a tail here means the launch blocked, e.g. in the GPU driver).",
+                   &PipelineSnapshot::submit);
   render_control(e, pipelines);
   return e.take();
 }

@@ -49,7 +49,8 @@ void append_pipeline(std::string& out, const PipelineSnapshot& p) {
     fmt::format_to(o, "{}{}:{}", r ? "," : "", json_string(kDropReasonNames[r]), p.dropped[r]);
   fmt::format_to(o, R"(}},"queue_depth":{},"last_frame_age_s":{},"fps":{},)", p.queue_depth,
                  p.last_frame_age_s < 0 ? "null" : json_number(p.last_frame_age_s), json_number(p.fps));
-  for (const auto& [key, h] : {std::pair{"latency", &p.latency}, std::pair{"queue_wait", &p.queue_wait}}) {
+  for (const auto& [key, h] : {std::pair{"latency", &p.latency}, std::pair{"queue_wait", &p.queue_wait},
+                               std::pair{"submit", &p.submit}}) {
     const uint64_t count = h->count();
     fmt::format_to(o, R"("{}":{{"count":{},"sum_s":{},"mean_s":{}}},)", key, count, json_number(h->sum_s),
                    count ? json_number(h->sum_s / double(count)) : "null");

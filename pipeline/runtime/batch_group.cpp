@@ -59,7 +59,7 @@ struct BatchGroup::Shared {
   };
   struct Batch {
     std::vector<Slot> slots;
-    Clock::time_point submitted_at;
+    Clock::time_point submitted_at, submit_returned_at;
   };
   //! What the executor was set up for.
   struct Setup {
@@ -223,6 +223,7 @@ void BatchGroup::Shared::launch(std::vector<Waiting> batch) {
   b.submitted_at = Clock::now();
   try {
     executor->submit(views, memory, owners);
+    b.submit_returned_at = Clock::now();
   } catch (const std::exception& e) {
     owners.clear();
     in_flight.push_back(std::move(b));
@@ -271,7 +272,7 @@ void BatchGroup::Shared::complete_oldest() {
       for (size_t k = 0; k < plans.size(); ++k) sink_outs[k] = done.outputs[k] + i * plans[k].bytes_per_frame;
       m.sink->write(s.index, sink_outs);
       m.stats.frames_processed.fetch_add(1, std::memory_order_relaxed);
-      m.stats.observe_frame(s.decoded_at, b.submitted_at, done.device_seconds);
+      m.stats.observe_frame(s.decoded_at, b.submitted_at, b.submit_returned_at, done.device_seconds);
     } catch (const std::exception& e) {
       fail(m, e.what());
       m.stats.drop(DropReason::ProcessError);

@@ -287,7 +287,7 @@ void PipelineRunner::start() {
   impl_->process_thread = std::jthread([this, decode_pool = decode.pool, frames_stream] {
     struct Submitted {
       int64_t index;
-      Clock::time_point decoded_at, submitted_at;
+      Clock::time_point decoded_at, submitted_at, submit_returned_at;
     };
     std::unique_ptr<Executor> executor;
     std::unique_ptr<Sink> sink;
@@ -308,7 +308,7 @@ void PipelineRunner::start() {
         sink->write_control(f.index, *record);
       }
       stats_.frames_processed.fetch_add(1, std::memory_order_relaxed);
-      stats_.observe_frame(f.decoded_at, f.submitted_at, done.device_seconds);
+      stats_.observe_frame(f.decoded_at, f.submitted_at, f.submit_returned_at, done.device_seconds);
     };
     try {
       executor = make_executor(device_, cpu_threads_, frames_stream.get());
@@ -342,7 +342,7 @@ void PipelineRunner::start() {
         if (static_cast<int>(in_flight.size()) == executor->max_in_flight()) complete_oldest();
         const Clock::time_point submitted_at = Clock::now();   // the queue wait ends here, as in BatchGroup
         executor->submit({&frame->view, 1}, {&frame->memory, 1}, {&frame->owner, 1});
-        in_flight.push_back({frame->index, frame->decoded_at, submitted_at});
+        in_flight.push_back({frame->index, frame->decoded_at, submitted_at, Clock::now()});
       }
       // Final counts: the decode thread has ended (it closes the queue last) and nothing is in
       // flight, so the only slot still leased is the preview frame's (latest_frame()).

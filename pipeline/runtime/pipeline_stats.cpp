@@ -39,19 +39,21 @@ LatencyHistogram PipelineStats::AtomicHistogram::load() const {
   return h;
 }
 
-void PipelineStats::observe_latency(double decode_to_output_s, double queue_wait_s) {
+void PipelineStats::observe_latency(double decode_to_output_s, double queue_wait_s, double submit_s) {
   latency_.observe(decode_to_output_s);
   queue_wait_.observe(queue_wait_s);
+  submit_.observe(submit_s);
 }
 
 void PipelineStats::observe_frame(std::chrono::steady_clock::time_point decoded_at,
                                   std::chrono::steady_clock::time_point submitted_at,
+                                  std::chrono::steady_clock::time_point submit_returned_at,
                                   std::optional<double> device_seconds) {
   using Seconds = std::chrono::duration<double>;
   const double queued = Seconds(submitted_at - decoded_at).count();
   observe_latency(device_seconds ? queued + *device_seconds
                                  : Seconds(std::chrono::steady_clock::now() - decoded_at).count(),
-                  queued);
+                  queued, Seconds(submit_returned_at - submitted_at).count());
 }
 
 void PipelineStats::set_frame(std::string frame) {
@@ -99,7 +101,8 @@ PipelineSnapshot PipelineStats::snapshot() {
   const int64_t last = last_frame_ns.load(std::memory_order_relaxed);
   s.last_frame_age_s = last > 0 ? double(now - last) * 1e-9 : -1.0;
   s.queue_wait = queue_wait_.load();   // first: observe_latency() adds to latency_ first, so the
-  s.latency = latency_.load();         // wait never shows more frames or time than the latency
+  s.submit = submit_.load();           // parts never show more frames than the latency
+  s.latency = latency_.load();
   {
     std::lock_guard lock(text_.mu);
     s.frame = text_.frame;

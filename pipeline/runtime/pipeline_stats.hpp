@@ -74,6 +74,9 @@ struct PipelineSnapshot {
   //! decode -> submit: the part of `latency` a frame waited on the host (in the queue, and for a
   //! free slot of the executor's ring) before its processing was enqueued.
   LatencyHistogram queue_wait;
+  //! The submit call that enqueued it (its batch's, in a batch group): the part of `latency` the
+  //! host spent launching the frame's processing (graph launch, driver).
+  LatencyHistogram submit;
   std::string frame;                  //!< "1920x1080 yuv420p bt709/limited", empty before the first
   std::string last_error;             //!< redacted
   std::optional<ControlSnapshot> control;   //!< set once a control iteration completed
@@ -92,13 +95,15 @@ class PipelineStats {
 
   void set_state(SourceState s) { state.store(static_cast<uint8_t>(s), std::memory_order_relaxed); }
   void drop(DropReason r) { dropped[static_cast<size_t>(r)].fetch_add(1, std::memory_order_relaxed); }
-  //! Records one frame's decode -> output latency and the part of it before its submit, seconds.
-  void observe_latency(double decode_to_output_s, double queue_wait_s);
-  //! observe_latency() of a frame decoded at `decoded_at`, submitted at `submitted_at`, whose
-  //! processing took `device_seconds` where the executor measured it (from the iteration's start
-  //! to its outputs), else until now on the host's clock.
+  //! Records one frame's decode -> output latency, the part of it before its submit and the
+  //! submit call's, seconds.
+  void observe_latency(double decode_to_output_s, double queue_wait_s, double submit_s);
+  //! observe_latency() of a frame decoded at `decoded_at`, whose submit call ran from
+  //! `submitted_at` to `submit_returned_at`, and whose processing took `device_seconds` where the
+  //! executor measured it (from the iteration's start to its outputs), else until now on the
+  //! host's clock.
   void observe_frame(std::chrono::steady_clock::time_point decoded_at, std::chrono::steady_clock::time_point submitted_at,
-                     std::optional<double> device_seconds);
+                     std::chrono::steady_clock::time_point submit_returned_at, std::optional<double> device_seconds);
 
   //! Copies counters; `fps` is the processed rate over the last >= 1 s between snapshots.
   PipelineSnapshot snapshot();
@@ -125,7 +130,7 @@ class PipelineStats {
     std::array<std::atomic<uint64_t>, kLatencyBuckets.size() + 1> counts_{};
     std::atomic<uint64_t> sum_ns_{0};
   };
-  AtomicHistogram latency_, queue_wait_;
+  AtomicHistogram latency_, queue_wait_, submit_;
   struct Text {
     std::mutex mu;
     std::string frame, error, decoder;

@@ -331,6 +331,13 @@ class HttpLiveTest(unittest.TestCase):
             self.assertLessEqual(count - waits, 3, "read apart by frames processed meanwhile")
             self.assertGreaterEqual(waited, 0)
             self.assertLessEqual(waited, total)
+            # The submit call's part, after the wait: as many observations, no more time than is left.
+            submitted = metric(first, "framefuse_submit_seconds_sum", pipeline=name)
+            submits = metric(first, "framefuse_submit_seconds_count", pipeline=name)
+            self.assertLessEqual(0, count - submits)
+            self.assertLessEqual(count - submits, 3, "read apart by frames processed meanwhile")
+            self.assertGreater(submitted, 0, "a submit takes time")
+            self.assertLessEqual(waited + submitted, total)
 
         time.sleep(0.6)   # realtime at 30 fps: ~18 more frames
         second = parse_metrics(d.get("/metrics")[2].decode())
@@ -367,6 +374,8 @@ class HttpLiveTest(unittest.TestCase):
         self.assertLessEqual(abs(cam["latency"]["count"] - cam["frames_processed"]), 3, "one latency per frame")
         self.assertLessEqual(abs(cam["queue_wait"]["count"] - cam["latency"]["count"]), 3)
         self.assertLessEqual(cam["queue_wait"]["sum_s"], cam["latency"]["sum_s"])
+        self.assertLessEqual(abs(cam["submit"]["count"] - cam["latency"]["count"]), 3)
+        self.assertLessEqual(cam["queue_wait"]["sum_s"] + cam["submit"]["sum_s"], cam["latency"]["sum_s"])
         self.assertIn(rtsp["state"], ("connecting", "backoff"))
         self.assertEqual(rtsp["frames_processed"], 0)
         self.assertIsNone(rtsp["last_frame_age_s"])

@@ -191,6 +191,8 @@ TEST_F(BatchGroupTest, FourMembersGetTheOutputsEachWouldGetAlone) {
     EXPECT_EQ(s.latency.count(), uint64_t(kFrames));
     EXPECT_EQ(s.queue_wait.count(), uint64_t(kFrames));
     EXPECT_LE(s.queue_wait.sum_s, s.latency.sum_s) << "the wait is part of the latency";
+    EXPECT_EQ(s.submit.count(), uint64_t(kFrames));
+    EXPECT_LE(s.queue_wait.sum_s + s.submit.sum_s, s.latency.sum_s) << "so is the submit, after the wait";
     EXPECT_EQ(s.frame, "160x90 nv12 bt709/limited");
     EXPECT_EQ(m->capture.flushes, 1) << "finish() flushes the sink once";
     EXPECT_EQ(m->capture.sink_shapes.size(), 1u);

@@ -55,6 +55,8 @@ PipelineSnapshot known_pipeline(std::string name, uint64_t base) {
   p.latency.sum_s = 1.75;
   for (size_t i = 0; i < p.queue_wait.counts.size(); ++i) p.queue_wait.counts[i] = base + 1 + 2 * i;
   p.queue_wait.sum_s = 0.5;
+  for (size_t i = 0; i < p.submit.counts.size(); ++i) p.submit.counts[i] = base + 2 + i % 3;
+  p.submit.sum_s = 0.25;
   p.pool_in_use = int64_t(base) + 6;
   p.pool_capacity = int64_t(base) + 16;
   p.decoder = "cpu";
@@ -220,20 +222,21 @@ TEST(StatusJson, PoolDecoderOutputsAndGpus) {
   EXPECT_NE(cpu.find(R"("gpus":[],"nvdec_sessions":0,)"), std::string::npos) << cpu;
 }
 
-TEST(StatusJson, LatencyAndQueueWaitCountSumMean) {
+TEST(StatusJson, LatencyQueueWaitAndSubmitCountSumMean) {
   const PipelineSnapshot p = known_pipeline("lobby", 0);
   const std::string j = render_status_json(known_daemon(), std::span(&p, 1));
   EXPECT_NE(j.find(R"("latency":{"count":390,"sum_s":1.75,"mean_s":0.004487179487179487},)"
-                   R"("queue_wait":{"count":400,"sum_s":0.5,"mean_s":0.00125},)"),
+                   R"("queue_wait":{"count":400,"sum_s":0.5,"mean_s":0.00125},)"
+                   R"("submit":{"count":59,"sum_s":0.25,"mean_s":0.00423728813559322},)"),
             std::string::npos)
       << j;
 }
 
-TEST(PipelineStats, ObservesLatencyAndQueueWaitIntoTheirBuckets) {
+TEST(PipelineStats, ObservesLatencyQueueWaitAndSubmitIntoTheirBuckets) {
   PipelineStats stats;
-  stats.observe_latency(0.00025, 0.00005);   // buckets le 0.0003 and le 0.0001
-  stats.observe_latency(0.004, 0.0012);      // le 0.005 and le 0.0015
-  stats.observe_latency(30.0, 0.0);          // above the last bound; le 0.0001
+  stats.observe_latency(0.00025, 0.00005, 0.000004);   // buckets le 0.0003, le 0.0001 and le 0.0001
+  stats.observe_latency(0.004, 0.0012, 0.003);         // le 0.005, le 0.0015 and le 0.005
+  stats.observe_latency(30.0, 0.0, 0.0006);            // above the last bound, le 0.0001 and le 0.00075
   const PipelineSnapshot s = stats.snapshot();
   EXPECT_EQ(s.latency.count(), 3u);
   EXPECT_EQ(s.latency.counts[2], 1u);
@@ -243,8 +246,13 @@ TEST(PipelineStats, ObservesLatencyAndQueueWaitIntoTheirBuckets) {
   EXPECT_EQ(s.queue_wait.counts[0], 2u);
   EXPECT_EQ(s.queue_wait.counts[6], 1u);
   EXPECT_NEAR(s.queue_wait.sum_s, 0.00125, 1e-9);
+  EXPECT_EQ(s.submit.count(), 3u);
+  EXPECT_EQ(s.submit.counts[0], 1u);
+  EXPECT_EQ(s.submit.counts[4], 1u);
+  EXPECT_EQ(s.submit.counts[8], 1u);
+  EXPECT_NEAR(s.submit.sum_s, 0.003604, 1e-9);
   const LatencyHistogram before = s.latency;
-  stats.observe_latency(0.00025, 0.0);
+  stats.observe_latency(0.00025, 0.0, 0.0);
   const LatencyHistogram after = stats.snapshot().latency.since(before);
   EXPECT_EQ(after.count(), 1u);
   EXPECT_EQ(after.counts[2], 1u);
@@ -290,6 +298,12 @@ TEST(Metrics, HistogramIsCumulativeWithSumAndCount) {
   EXPECT_TRUE(has_line(m, R"(framefuse_queue_wait_seconds_bucket{pipeline="lobby",le="+Inf"} 400)")) << m;
   EXPECT_TRUE(has_line(m, R"(framefuse_queue_wait_seconds_sum{pipeline="lobby"} 0.5)")) << m;
   EXPECT_TRUE(has_line(m, R"(framefuse_queue_wait_seconds_count{pipeline="lobby"} 400)")) << m;
+  // The submit call's: counts 2, 3, 4, 2, 3, 4, ... (20 buckets: 59 in all).
+  EXPECT_TRUE(has_line(m, "# TYPE framefuse_submit_seconds histogram")) << m;
+  EXPECT_TRUE(has_line(m, R"(framefuse_submit_seconds_bucket{pipeline="lobby",le="0.0005"} 11)")) << m;
+  EXPECT_TRUE(has_line(m, R"(framefuse_submit_seconds_bucket{pipeline="lobby",le="+Inf"} 59)")) << m;
+  EXPECT_TRUE(has_line(m, R"(framefuse_submit_seconds_sum{pipeline="lobby"} 0.25)")) << m;
+  EXPECT_TRUE(has_line(m, R"(framefuse_submit_seconds_count{pipeline="lobby"} 59)")) << m;
 }
 
 TEST(Metrics, AgeIsAbsentBeforeTheFirstFrame) {
@@ -373,7 +387,7 @@ TEST(Metrics, TextFormatIsWellFormed) {
       ADD_FAILURE() << "not a valid exposition line: " << l;
     }
   }
-  EXPECT_EQ(types.size(), 22u + 2u + 10u + 7u);   // + the GPU, control and batch group families
+  EXPECT_EQ(types.size(), 23u + 2u + 10u + 7u);   // + the GPU, control and batch group families
   EXPECT_GT(samples, 60u);
 }
 
