@@ -122,8 +122,9 @@ __device__ __forceinline__ int slot_words(int n) { return static_cast<int>(slot_
 
 //! The working copies of the block that ends an iteration (shared memory, staged()).
 struct Staged {
-  //! The finisher: all of FusedControl's head. d = 1: params, block and mail_before (region 0 of
-  //! the slot before the observed one); reported and regions[i & 1] of the iteration it closes.
+  //! d >= 2: all of FusedControl's head, copied by the finisher. d = 1: params, block and
+  //! mail_before (region 0 of the slot observed before the next loops' one), copied by every
+  //! statistics block; slots and records, set by the last one (finish_iteration).
   ControlHead head;
   TermAccum accum[kMaxRegions];   //!< the closed iteration's totals
   Slot current;                   //!< its slot, filled here
