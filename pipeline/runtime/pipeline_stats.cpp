@@ -50,10 +50,9 @@ void PipelineStats::observe_frame(std::chrono::steady_clock::time_point decoded_
                                   std::chrono::steady_clock::time_point submit_returned_at,
                                   std::optional<double> device_seconds) {
   using Seconds = std::chrono::duration<double>;
-  const double queued = Seconds(submitted_at - decoded_at).count();
-  observe_latency(device_seconds ? queued + *device_seconds
+  observe_latency(device_seconds ? Seconds(submit_returned_at - decoded_at).count() + *device_seconds
                                  : Seconds(std::chrono::steady_clock::now() - decoded_at).count(),
-                  queued, Seconds(submit_returned_at - submitted_at).count());
+                  Seconds(submitted_at - decoded_at).count(), Seconds(submit_returned_at - submitted_at).count());
 }
 
 void PipelineStats::set_frame(std::string frame) {

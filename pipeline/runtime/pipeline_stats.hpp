@@ -99,9 +99,9 @@ class PipelineStats {
   //! submit call's, seconds.
   void observe_latency(double decode_to_output_s, double queue_wait_s, double submit_s);
   //! observe_latency() of a frame decoded at `decoded_at`, whose submit call ran from
-  //! `submitted_at` to `submit_returned_at`, and whose processing took `device_seconds` where the
-  //! executor measured it (from the iteration's start to its outputs), else until now on the
-  //! host's clock.
+  //! `submitted_at` to `submit_returned_at`: the latency runs until the submit returned plus
+  //! `device_seconds` where the executor measured them (from the iteration's start to its
+  //! outputs), else until now on the host's clock.
   void observe_frame(std::chrono::steady_clock::time_point decoded_at, std::chrono::steady_clock::time_point submitted_at,
                      std::chrono::steady_clock::time_point submit_returned_at, std::optional<double> device_seconds);
 
