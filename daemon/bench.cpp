@@ -499,7 +499,7 @@ void memory_breakdown(const BenchOptions& o, const DeviceSpec& device, BenchResu
       CudaExecutor exec(device.index);
       const FrameInfo info = held.front().info;
       exec.setup(info, make_color_params(spec.color, info), make_output_plans(spec, info), 1);
-      step(fmt::format("executor set up ({} ring slots: pinned outputs, parameters, tap tables, graphs)",
+      step(fmt::format("executor set up ({} ring slots: device + pinned outputs, parameters, tap tables, graphs)",
                        exec.max_in_flight()));
       for (const DecodedFrame& f : held) {
         if (exec.in_flight() == exec.max_in_flight()) exec.complete({});

@@ -141,7 +141,8 @@ void CudaExecutor::setup(const FrameInfo& frame, const ops::ColorParams& color, 
     slot.times_input = make_slot_event(true);
     slot.ready = make_slot_event(options_.record_times);
     slot.dev_in = {};   // on the first upload: pipelines decoding with NVDEC never need it
-    slot.host_out = cuda::alloc_pinned(std::max<size_t>(out_total, 1));
+    slot.dev_out = cuda::alloc_device(std::max<size_t>(out_total, 1));
+    slot.host_out = cuda::alloc_pinned(slot.dev_out.size());
     slot.uploads = cuda::alloc_pinned(sizeof(UploadJob) * jobs);
     std::memset(slot.uploads.as(), 0, slot.uploads.size());
     slot.frames.assign(size_t(max_batch), FrameSlot{});
@@ -159,7 +160,7 @@ void CudaExecutor::setup_fused() {
     slot.outs.clear();
     slot.host_outs.clear();
     for (const size_t offset : out_offsets_) {
-      slot.outs.push_back(slot.host_out.as() + offset);
+      slot.outs.push_back(slot.dev_out.as() + offset);
       slot.host_outs.push_back(slot.host_out.as() + offset);
     }
   }
@@ -324,6 +325,17 @@ void CudaExecutor::enqueue_iteration(const Slot& slot, int frames, bool upload, 
     control_->run(slot.fused, frames, stream);
   } else {
     slot.fused.run(stream);
+  }
+  // The outputs of `frames` frames: all of dev_out for a full batch, else each output's first frames.
+  if (frames == max_batch_) {
+    cuda::check(cudaMemcpyAsync(slot.host_out.as(), slot.dev_out.as(), slot.dev_out.size(), cudaMemcpyDeviceToHost,
+                                stream),
+                "download outputs");
+  } else {
+    for (size_t k = 0; k < out_offsets_.size(); ++k)
+      cuda::check(cudaMemcpyAsync(slot.host_out.as() + out_offsets_[k], slot.dev_out.as() + out_offsets_[k],
+                                  out_bytes_[k] * size_t(frames), cudaMemcpyDeviceToHost, stream),
+                  "download outputs");
   }
   cuda::check(cudaEventRecordWithFlags(slot.ready, stream, record), "cudaEventRecord");
 }

@@ -1,16 +1,20 @@
 #pragma once
 //! The fused chain on one CUDA device, as a ring of in-flight iterations (one batch each).
 //!
-//! Per iteration, in ring slot s (each slot has its own device input buffer, pinned output buffer,
-//! parameter blocks, events and graphs; the device input is allocated by the slot's first upload,
-//! the one allocation after setup(), as NVDEC pipelines never upload):
+//! Per iteration, in ring slot s (each slot has its own device input buffer, device and pinned
+//! output buffers, parameter blocks, events and graphs; the device input is allocated by the slot's
+//! first upload, the one allocation after setup(), as NVDEC pipelines never upload):
 //! - Pinned frames are uploaded into the slot's device input by a kernel that reads them through
 //!   their unified addresses (upload_kernel.hpp; the sources come from the slot's pinned job
 //!   block); Device frames (NVDEC surfaces) are read in place;
 //! - the parameter staging + fused kernel (with control: CudaControl::run, one launch per frame)
-//!   write the outputs straight into the slot's pinned output buffer (host memory the kernel
-//!   writes through its unified address: no device copy of the outputs, no download); `ready` is
-//!   recorded.
+//!   write the outputs into the slot's device output buffer, and the copy engine downloads them
+//!   into its pinned output buffer (one copy, or one per output for a partial batch); `ready` is
+//!   recorded. Not the kernels writing pinned memory through its unified address (the fused
+//!   kernel itself, or a copy kernel after it): NVDEC pipelines then ran 14-25 % slower on the
+//!   H200 (8 pipelines 2,338 vs 2,644-2,669 fps, one pipeline 455 vs 566-570; alternating runs of
+//!   one call). The copy node costs ~2 us of host time per submit (tests/bench/RESULTS.md,
+//!   session 7).
 //! With graphs (the default) each slot's iteration is captured at setup, once per batch size
 //! with and once without the upload, and replayed with ONE cudaGraphLaunch: the per-frame
 //! variation (frame pointers, upload sources) reaches the graph through pinned parameter blocks
@@ -120,11 +124,12 @@ class CudaExecutor final : public Executor {
     //! tests/bench/RESULTS.md).
     cuda::Event ready;
     cuda::DeviceBuffer dev_in;
-    cuda::PinnedBuffer host_out;                    //!< the outputs, written by the kernels
+    cuda::DeviceBuffer dev_out;                     //!< the outputs, written by the kernels
+    cuda::PinnedBuffer host_out;                    //!< the same layout, downloaded from dev_out
     cuda::PinnedBuffer uploads;                     //!< UploadJob per plane of the batch
     FusedPreprocess fused;
     std::vector<FrameSlot> frames;                  //!< max_batch of them
-    std::vector<void*> outs;                        //!< per fused output: its tensor of frame 0 (in host_out)
+    std::vector<void*> outs;                        //!< per fused output: its tensor of frame 0 (in dev_out)
     std::vector<std::byte*> host_outs;              //!< the same addresses, as complete() hands them out
     //! [batch size - 1][uploads]: captured iterations; an empty exec: launch call by call
     std::vector<std::array<cuda::CapturedGraph, 2>> graphs;
@@ -157,7 +162,7 @@ class CudaExecutor final : public Executor {
   size_t frame_bytes_ = 0;                  //!< one frame of a slot's dev_in, planes aligned
   std::array<size_t, 3> plane_offsets_{};   //!< plane i of a frame starts here
   std::vector<size_t> out_bytes_;           //!< per output, per frame
-  std::vector<size_t> out_offsets_;         //!< per output: its [max_batch, ...] region in host_out
+  std::vector<size_t> out_offsets_;         //!< per output: its [max_batch, ...] region in dev_out and host_out
   int upload_blocks_ = 1;                   //!< launch_upload's blocks per job for this frame shape
   //! The iterations, in submission order. One stream per slot (iteration n + 1's upload beside
   //! iteration n's kernel) measured slower on the H200: both move their bytes over PCIe (the upload
