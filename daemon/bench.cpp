@@ -158,6 +158,7 @@ struct PipelinesRun {
   //! Decode -> output latencies, their waits before the submit and their submit calls; of paced
   //! runs only those after the first kLatencySettleS.
   LatencyHistogram latency, queue_wait, submit;
+  double submit_cpu_s = 0;   //!< host CPU of the submit calls of the frames in `submit`
   std::string decoder, frame;
   bool all_frames = true;   //!< every pipeline processed max_frames frames
   //! Paced sources: the most any stream's last frame came after its due time (first frame +
@@ -211,6 +212,7 @@ PipelinesRun run_pipelines(const std::vector<PipelineSpec>& specs, const DeviceS
     run.latency += settled[i] ? s.latency.since(settled[i]->latency) : s.latency;
     run.queue_wait += settled[i] ? s.queue_wait.since(settled[i]->queue_wait) : s.queue_wait;
     run.submit += settled[i] ? s.submit.since(settled[i]->submit) : s.submit;
+    run.submit_cpu_s += s.submit_cpu_s - (settled[i] ? settled[i]->submit_cpu_s : 0);
     run.decoder = s.decoder;
     run.frame = s.frame;
   }
@@ -539,6 +541,7 @@ LiveTrial live_trial(const BenchOptions& o, const DeviceSpec& device, int stream
   t.latency_p99_s = latency_quantile(run.latency.counts, 0.99);
   t.queue_wait_p99_s = latency_quantile(run.queue_wait.counts, 0.99);
   t.submit_p99_s = latency_quantile(run.submit.counts, 0.99);
+  t.submit_cpu_us = run.submit.count() ? 1e6 * run.submit_cpu_s / double(run.submit.count()) : 0;
   t.latency_frames = run.latency.count();
   t.latency_mean_s = t.latency_frames ? run.latency.sum_s / double(t.latency_frames) : 0;
   // A live source queues kLiveSlackFrames frames before it drops: later than that would have
@@ -747,14 +750,14 @@ std::string format_bench_table(const BenchResult& r) {
     out += fmt::format("\nreal time ({} s trials, clip paced at its frame rate; latency of each stream's frames "
                        "after its first {:g} s, bucket bounds, and the exact mean):\n",
                        r.options.live_seconds, kLatencySettleS);
-    out += fmt::format("{:>8}{:>6}{:>10}{:>9}{:>10}{:>30}{:>10}{:>16}{:>16}{:>12}{:>12}\n", "streams", "held",
+    out += fmt::format("{:>8}{:>6}{:>10}{:>9}{:>10}{:>30}{:>10}{:>16}{:>16}{:>14}{:>12}{:>12}\n", "streams", "held",
                        "frames", "dropped", "late ms", "latency p50 / p99", "mean ms", "wait p99", "submit p99",
-                       "GPU MiB/st", "RSS MiB/st");
+                       "submit CPU us", "GPU MiB/st", "RSS MiB/st");
     for (const auto& t : r.live)
-      out += fmt::format("{:>8}{:>6}{:>10}{:>9}{:>10.1f}{:>30}{:>10.3f}{:>16}{:>16}{:>12}{:>12.1f}\n", t.streams,
-                         t.held ? "yes" : "no", t.frames, t.dropped, 1e3 * t.late_s,
+      out += fmt::format("{:>8}{:>6}{:>10}{:>9}{:>10.1f}{:>30}{:>10.3f}{:>16}{:>16}{:>14.1f}{:>12}{:>12.1f}\n",
+                         t.streams, t.held ? "yes" : "no", t.frames, t.dropped, 1e3 * t.late_s,
                          latency_text(t.latency_p50_s) + " / " + latency_text(t.latency_p99_s), 1e3 * t.latency_mean_s,
-                         latency_text(t.queue_wait_p99_s), latency_text(t.submit_p99_s),
+                         latency_text(t.queue_wait_p99_s), latency_text(t.submit_p99_s), t.submit_cpu_us,
                          t.memory.gpu_mib < 0 ? std::string("-") : fmt::format("{:.1f}", t.memory.gpu_mib),
                          t.memory.rss_mib);
     out += fmt::format("most streams held: {}\n", r.live_held);
@@ -786,11 +789,12 @@ std::string format_bench_json(const BenchResult& r) {
   for (const auto& t : r.live)
     live += fmt::format(R"({}{{"streams": {}, "held": {}, "seconds": {}, "frames": {}, "dropped": {}, "late_ms": {}, )"
                         R"("latency_p50_ms": {}, "latency_p99_ms": {}, "latency_mean_ms": {}, "latency_frames": {}, )"
-                        R"("queue_wait_p99_ms": {}, "submit_p99_ms": {}, "memory_per_stream": {}}})",
+                        R"("queue_wait_p99_ms": {}, "submit_p99_ms": {}, "submit_cpu_us": {}, "memory_per_stream": {}}})",
                         live.empty() ? "" : ", ", t.streams, t.held ? "true" : "false", json_number(t.seconds),
                         t.frames, t.dropped, json_number(1e3 * t.late_s), json_number(1e3 * t.latency_p50_s),
                         json_number(1e3 * t.latency_p99_s), json_number(1e3 * t.latency_mean_s), t.latency_frames,
-                        json_number(1e3 * t.queue_wait_p99_s), json_number(1e3 * t.submit_p99_s), memory_json(t.memory));
+                        json_number(1e3 * t.queue_wait_p99_s), json_number(1e3 * t.submit_p99_s),
+                        json_number(t.submit_cpu_us), memory_json(t.memory));
   return fmt::format(
       "{{\"clip\": {}, \"frame\": {}, \"streams\": {}, \"frames_per_stream\": {}, \"device\": {}, "
       "\"outputs\": [\"classify\", \"detect\"], \"sink\": \"null\",\n"

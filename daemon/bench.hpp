@@ -95,6 +95,7 @@ struct LiveTrial {
   uint64_t latency_frames = 0;           //!< frames those latencies are of
   double queue_wait_p99_s = 0;           //!< the part of it before the submit (queue, ring slot), bucket bound
   double submit_p99_s = 0;               //!< the part of it in the submit call, bucket bound
+  double submit_cpu_us = 0;              //!< host CPU of the submit call per frame (the same frames)
   StreamMemory memory;                   //!< per stream, against the 1-stream run of the pipeline phase
 };
 

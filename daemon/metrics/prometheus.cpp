@@ -229,6 +229,10 @@ std::string render_metrics(const DaemonSnapshot& d, std::span<const PipelineSnap
                    "Part of decode_to_output in the call that enqueued the frame's processing (host time launching "
                    "it: a tail here means the launch blocked, e.g. in the GPU driver).",
                    &PipelineSnapshot::submit);
+  per_pipeline("framefuse_submit_cpu_seconds_total", "counter",
+               "Host CPU time (the submitting thread's) of the calls counted in framefuse_submit_seconds; a "
+               "batch's call is shared among its frames. Divided by framefuse_submit_seconds_count: CPU per frame.",
+               [](const PipelineSnapshot& p) { return p.submit_cpu_s; });
   render_control(e, pipelines);
   return e.take();
 }

@@ -55,6 +55,9 @@ void append_pipeline(std::string& out, const PipelineSnapshot& p) {
     fmt::format_to(o, R"("{}":{{"count":{},"sum_s":{},"mean_s":{}}},)", key, count, json_number(h->sum_s),
                    count ? json_number(h->sum_s / double(count)) : "null");
   }
+  const uint64_t submits = p.submit.count();
+  fmt::format_to(o, R"("submit_cpu":{{"sum_s":{},"mean_s":{}}},)", json_number(p.submit_cpu_s),
+                 submits ? json_number(p.submit_cpu_s / double(submits)) : "null");
   fmt::format_to(o, R"("pool":{{"in_use":{},"capacity":{}}},"decoder":{},"nvdec_fallbacks":{},)", p.pool_in_use,
                  p.pool_capacity, p.decoder.empty() ? "null" : json_string(p.decoder), p.nvdec_fallbacks);
   out += R"("outputs":[)";

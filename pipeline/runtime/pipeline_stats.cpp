@@ -39,20 +39,23 @@ LatencyHistogram PipelineStats::AtomicHistogram::load() const {
   return h;
 }
 
-void PipelineStats::observe_latency(double decode_to_output_s, double queue_wait_s, double submit_s) {
+void PipelineStats::observe_latency(double decode_to_output_s, double queue_wait_s, double submit_s,
+                                    double submit_cpu_s) {
   latency_.observe(decode_to_output_s);
   queue_wait_.observe(queue_wait_s);
   submit_.observe(submit_s);
+  submit_cpu_ns_.fetch_add(static_cast<uint64_t>(std::max(submit_cpu_s, 0.0) * 1e9), std::memory_order_relaxed);
 }
 
 void PipelineStats::observe_frame(std::chrono::steady_clock::time_point decoded_at,
                                   std::chrono::steady_clock::time_point submitted_at,
-                                  std::chrono::steady_clock::time_point submit_returned_at,
+                                  std::chrono::steady_clock::time_point submit_returned_at, double submit_cpu_s,
                                   std::optional<double> device_seconds) {
   using Seconds = std::chrono::duration<double>;
   observe_latency(device_seconds ? Seconds(submit_returned_at - decoded_at).count() + *device_seconds
                                  : Seconds(std::chrono::steady_clock::now() - decoded_at).count(),
-                  Seconds(submitted_at - decoded_at).count(), Seconds(submit_returned_at - submitted_at).count());
+                  Seconds(submitted_at - decoded_at).count(), Seconds(submit_returned_at - submitted_at).count(),
+                  submit_cpu_s);
 }
 
 void PipelineStats::set_frame(std::string frame) {
@@ -101,6 +104,7 @@ PipelineSnapshot PipelineStats::snapshot() {
   s.last_frame_age_s = last > 0 ? double(now - last) * 1e-9 : -1.0;
   s.queue_wait = queue_wait_.load();   // first: observe_latency() adds to latency_ first, so the
   s.submit = submit_.load();           // parts never show more frames than the latency
+  s.submit_cpu_s = double(submit_cpu_ns_.load(std::memory_order_relaxed)) * 1e-9;
   s.latency = latency_.load();
   {
     std::lock_guard lock(text_.mu);

@@ -77,6 +77,9 @@ struct PipelineSnapshot {
   //! The submit call that enqueued it (its batch's, in a batch group): the part of `latency` the
   //! host spent launching the frame's processing (graph launch, driver).
   LatencyHistogram submit;
+  //! Host CPU time (the submitting thread's) of those submit calls, summed over the frames counted
+  //! in `submit`, seconds; a batch's call is shared among its frames. Per frame: / submit.count().
+  double submit_cpu_s = 0;
   std::string frame;                  //!< "1920x1080 yuv420p bt709/limited", empty before the first
   std::string last_error;             //!< redacted
   std::optional<ControlSnapshot> control;   //!< set once a control iteration completed
@@ -96,14 +99,15 @@ class PipelineStats {
   void set_state(SourceState s) { state.store(static_cast<uint8_t>(s), std::memory_order_relaxed); }
   void drop(DropReason r) { dropped[static_cast<size_t>(r)].fetch_add(1, std::memory_order_relaxed); }
   //! Records one frame's decode -> output latency, the part of it before its submit and the
-  //! submit call's, seconds.
-  void observe_latency(double decode_to_output_s, double queue_wait_s, double submit_s);
+  //! submit call's, and the host CPU time of that call (its share of a batch's), seconds.
+  void observe_latency(double decode_to_output_s, double queue_wait_s, double submit_s, double submit_cpu_s);
   //! observe_latency() of a frame decoded at `decoded_at`, whose submit call ran from
-  //! `submitted_at` to `submit_returned_at`: the latency runs until the submit returned plus
-  //! `device_seconds` where the executor measured them (from the iteration's start to its
-  //! outputs), else until now on the host's clock.
+  //! `submitted_at` to `submit_returned_at` using `submit_cpu_s` of host CPU: the latency runs
+  //! until the submit returned plus `device_seconds` where the executor measured them (from the
+  //! iteration's start to its outputs), else until now on the host's clock.
   void observe_frame(std::chrono::steady_clock::time_point decoded_at, std::chrono::steady_clock::time_point submitted_at,
-                     std::chrono::steady_clock::time_point submit_returned_at, std::optional<double> device_seconds);
+                     std::chrono::steady_clock::time_point submit_returned_at, double submit_cpu_s,
+                     std::optional<double> device_seconds);
 
   //! Copies counters; `fps` is the processed rate over the last >= 1 s between snapshots.
   PipelineSnapshot snapshot();
@@ -131,6 +135,7 @@ class PipelineStats {
     std::atomic<uint64_t> sum_ns_{0};
   };
   AtomicHistogram latency_, queue_wait_, submit_;
+  std::atomic<uint64_t> submit_cpu_ns_{0};
   struct Text {
     std::mutex mu;
     std::string frame, error, decoder;

@@ -376,10 +376,15 @@ class HttpLiveTest(unittest.TestCase):
         self.assertLessEqual(cam["queue_wait"]["sum_s"], cam["latency"]["sum_s"])
         self.assertLessEqual(abs(cam["submit"]["count"] - cam["latency"]["count"]), 3)
         self.assertLessEqual(cam["queue_wait"]["sum_s"] + cam["submit"]["sum_s"], cam["latency"]["sum_s"])
+        # The submits' thread CPU: some, and within their wall time (give or take the frames that
+        # completed between the two counters' reads).
+        self.assertGreater(cam["submit_cpu"]["sum_s"], 0)
+        self.assertLessEqual(cam["submit_cpu"]["sum_s"], cam["submit"]["sum_s"] + 3 * cam["submit"]["mean_s"] + 1e-4)
         self.assertIn(rtsp["state"], ("connecting", "backoff"))
         self.assertEqual(rtsp["frames_processed"], 0)
         self.assertIsNone(rtsp["last_frame_age_s"])
         self.assertIsNone(rtsp["latency"]["mean_s"])
+        self.assertIsNone(rtsp["submit_cpu"]["mean_s"])
         self.assertTrue(rtsp["source"].startswith("rtsp://") and "127.0.0.1:1/x" in rtsp["source"], rtsp["source"])
         self.assertRegex(rtsp["last_error"], r"(?i)refused")
 

@@ -193,6 +193,9 @@ TEST_F(BatchGroupTest, FourMembersGetTheOutputsEachWouldGetAlone) {
     EXPECT_LE(s.queue_wait.sum_s, s.latency.sum_s) << "the wait is part of the latency";
     EXPECT_EQ(s.submit.count(), uint64_t(kFrames));
     EXPECT_LE(s.queue_wait.sum_s + s.submit.sum_s, s.latency.sum_s) << "so is the submit, after the wait";
+    // Each frame's share of its batch's submit CPU: the CPU executor runs the batch in the call.
+    EXPECT_GT(s.submit_cpu_s, 0.0);
+    EXPECT_LE(s.submit_cpu_s, s.submit.sum_s + kFrames * 1e-6) << "a share of a call's thread CPU, within its wall time";
     EXPECT_EQ(s.frame, "160x90 nv12 bt709/limited");
     EXPECT_EQ(m->capture.flushes, 1) << "finish() flushes the sink once";
     EXPECT_EQ(m->capture.sink_shapes.size(), 1u);

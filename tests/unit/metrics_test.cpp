@@ -57,6 +57,7 @@ PipelineSnapshot known_pipeline(std::string name, uint64_t base) {
   p.queue_wait.sum_s = 0.5;
   for (size_t i = 0; i < p.submit.counts.size(); ++i) p.submit.counts[i] = base + 2 + i % 3;
   p.submit.sum_s = 0.25;
+  p.submit_cpu_s = (59.0 + double(base)) / 4096;   // 2^-12 s per submit of `submit`'s 59 when base = 0
   p.pool_in_use = int64_t(base) + 6;
   p.pool_capacity = int64_t(base) + 16;
   p.decoder = "cpu";
@@ -227,16 +228,17 @@ TEST(StatusJson, LatencyQueueWaitAndSubmitCountSumMean) {
   const std::string j = render_status_json(known_daemon(), std::span(&p, 1));
   EXPECT_NE(j.find(R"("latency":{"count":390,"sum_s":1.75,"mean_s":0.004487179487179487},)"
                    R"("queue_wait":{"count":400,"sum_s":0.5,"mean_s":0.00125},)"
-                   R"("submit":{"count":59,"sum_s":0.25,"mean_s":0.00423728813559322},)"),
+                   R"("submit":{"count":59,"sum_s":0.25,"mean_s":0.00423728813559322},)"
+                   R"("submit_cpu":{"sum_s":0.014404296875,"mean_s":0.000244140625},)"),
             std::string::npos)
       << j;
 }
 
 TEST(PipelineStats, ObservesLatencyQueueWaitAndSubmitIntoTheirBuckets) {
   PipelineStats stats;
-  stats.observe_latency(0.00025, 0.00005, 0.000004);   // buckets le 0.0003, le 0.0001 and le 0.0001
-  stats.observe_latency(0.004, 0.0012, 0.003);         // le 0.005, le 0.0015 and le 0.005
-  stats.observe_latency(30.0, 0.0, 0.0006);            // above the last bound, le 0.0001 and le 0.00075
+  stats.observe_latency(0.00025, 0.00005, 0.000004, 0.000003);   // buckets le 0.0003, le 0.0001 and le 0.0001
+  stats.observe_latency(0.004, 0.0012, 0.003, 0.00004);          // le 0.005, le 0.0015 and le 0.005
+  stats.observe_latency(30.0, 0.0, 0.0006, 0.000011);            // above the last bound, le 0.0001 and le 0.00075
   const PipelineSnapshot s = stats.snapshot();
   EXPECT_EQ(s.latency.count(), 3u);
   EXPECT_EQ(s.latency.counts[2], 1u);
@@ -251,8 +253,9 @@ TEST(PipelineStats, ObservesLatencyQueueWaitAndSubmitIntoTheirBuckets) {
   EXPECT_EQ(s.submit.counts[4], 1u);
   EXPECT_EQ(s.submit.counts[8], 1u);
   EXPECT_NEAR(s.submit.sum_s, 0.003604, 1e-9);
+  EXPECT_NEAR(s.submit_cpu_s, 0.000054, 1e-9);
   const LatencyHistogram before = s.latency;
-  stats.observe_latency(0.00025, 0.0, 0.0);
+  stats.observe_latency(0.00025, 0.0, 0.0, 0.0);
   const LatencyHistogram after = stats.snapshot().latency.since(before);
   EXPECT_EQ(after.count(), 1u);
   EXPECT_EQ(after.counts[2], 1u);
@@ -304,6 +307,9 @@ TEST(Metrics, HistogramIsCumulativeWithSumAndCount) {
   EXPECT_TRUE(has_line(m, R"(framefuse_submit_seconds_bucket{pipeline="lobby",le="+Inf"} 59)")) << m;
   EXPECT_TRUE(has_line(m, R"(framefuse_submit_seconds_sum{pipeline="lobby"} 0.25)")) << m;
   EXPECT_TRUE(has_line(m, R"(framefuse_submit_seconds_count{pipeline="lobby"} 59)")) << m;
+  // The host CPU of those calls: a counter beside the histogram.
+  EXPECT_TRUE(has_line(m, "# TYPE framefuse_submit_cpu_seconds_total counter")) << m;
+  EXPECT_TRUE(has_line(m, R"(framefuse_submit_cpu_seconds_total{pipeline="lobby"} 0.014404296875)")) << m;
 }
 
 TEST(Metrics, AgeIsAbsentBeforeTheFirstFrame) {
@@ -387,7 +393,7 @@ TEST(Metrics, TextFormatIsWellFormed) {
       ADD_FAILURE() << "not a valid exposition line: " << l;
     }
   }
-  EXPECT_EQ(types.size(), 23u + 2u + 10u + 7u);   // + the GPU, control and batch group families
+  EXPECT_EQ(types.size(), 24u + 2u + 10u + 7u);   // + the GPU, control and batch group families
   EXPECT_GT(samples, 60u);
 }
 
