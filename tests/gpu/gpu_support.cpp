@@ -19,6 +19,9 @@ DeviceImage upload(const HostImage& img) {
     d.view.data[i] = d.planes.back().as<const uint8_t>();
     d.view.pitch[i] = pitch;
   }
+  // A copy from pageable memory may return before its DMA landed, and the tests' kernels run on
+  // non-blocking streams, which do not wait for it.
+  cuda::check(cudaDeviceSynchronize(), "upload test frame");
   return d;
 }
 
