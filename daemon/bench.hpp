@@ -109,6 +109,9 @@ struct BenchResult {
   //! Decode -> output latency of every pipeline frame: upper bounds of the histogram buckets
   //! (kLatencyBuckets) holding the quantile, seconds; +inf when beyond the last bound.
   double latency_p50_s = 0, latency_p99_s = 0;
+  //! Host CPU per frame of the pipelines' own submit calls in the pipeline phase (not the engine
+  //! rows' executor alone): what the running daemon spends launching each frame.
+  double pipeline_submit_cpu_us = 0;
   StreamMemory pipeline_memory;          //!< per stream; with 1 stream: the process' growth over the phase
   StreamMemory pipeline_memory_median;   //!< the same of the phases' medians (steady state), not peaks
   //! The decode phase's growth over the process before it, / streams: the decoders alone (frames

@@ -223,6 +223,10 @@ class DaemonTest(unittest.TestCase):
                                                                  0.0015, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2,
                                                                  0.5, 1.0, 2.0, 5.0, 10.0)])
         self.assertLessEqual(lat["latency_p50_ms"], lat["latency_p99_ms"])
+        # The pipelines' own submit calls: some host CPU, a part of the process's per frame.
+        self.assertGreater(lat["submit_cpu_us"], 0)
+        self.assertLessEqual(lat["submit_cpu_us"], 1e3 * lat["cpu_ms_per_frame"])
+        self.assertRegex(r.stdout, r"submit CPU \d+\.\d\d us/frame")
         self.assertIn(f"{100 * result['ratio']:.1f} %", r.stdout)
 
     def test_bench_bad_usage(self):
