@@ -159,6 +159,8 @@ struct PipelinesRun {
   //! runs only those after the first kLatencySettleS.
   LatencyHistogram latency, queue_wait, submit;
   double submit_cpu_s = 0;   //!< host CPU of the submit calls of the frames in `submit`
+  //! That per frame, microseconds (0 without frames).
+  double submit_cpu_us() const { return submit.count() ? 1e6 * submit_cpu_s / double(submit.count()) : 0; }
   std::string decoder, frame;
   bool all_frames = true;   //!< every pipeline processed max_frames frames
   //! Paced sources: the most any stream's last frame came after its due time (first frame +
@@ -541,7 +543,7 @@ LiveTrial live_trial(const BenchOptions& o, const DeviceSpec& device, int stream
   t.latency_p99_s = latency_quantile(run.latency.counts, 0.99);
   t.queue_wait_p99_s = latency_quantile(run.queue_wait.counts, 0.99);
   t.submit_p99_s = latency_quantile(run.submit.counts, 0.99);
-  t.submit_cpu_us = run.submit.count() ? 1e6 * run.submit_cpu_s / double(run.submit.count()) : 0;
+  t.submit_cpu_us = run.submit_cpu_us();
   t.latency_frames = run.latency.count();
   t.latency_mean_s = t.latency_frames ? run.latency.sum_s / double(t.latency_frames) : 0;
   // A live source queues kLiveSlackFrames frames before it drops: later than that would have
@@ -648,7 +650,7 @@ BenchResult run_bench(const BenchOptions& o) {
     result.pipeline_memory = per_stream(memory.peak(), reference, o.streams);
     result.pipeline_memory_median = per_stream(memory.median(), median_reference, o.streams);
     latency = run.latency;
-    result.pipeline_submit_cpu_us = run.submit.count() ? 1e6 * run.submit_cpu_s / double(run.submit.count()) : 0;
+    result.pipeline_submit_cpu_us = run.submit_cpu_us();
     r.decoder = run.decoder;
     result.frame = run.frame;
     return run.frames;

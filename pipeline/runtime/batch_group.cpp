@@ -15,7 +15,6 @@
 #include "pipeline/error.hpp"
 #include "pipeline/exec/device.hpp"
 #include "pipeline/fused/fused_params.hpp"
-#include "pipeline/util/clock.hpp"
 
 namespace framefuse {
 
@@ -60,8 +59,7 @@ struct BatchGroup::Shared {
   };
   struct Batch {
     std::vector<Slot> slots;
-    Clock::time_point submitted_at, submit_returned_at;
-    double submit_cpu_s = 0;   //!< host CPU of the submit call, per frame of the batch
+    SubmitCall call;   //!< its cpu_s: the call's host CPU per frame of the batch
   };
   //! What the executor was set up for.
   struct Setup {
@@ -222,12 +220,9 @@ void BatchGroup::Shared::launch(std::vector<Waiting> batch) {
     b.slots.push_back({w.member, w.frame.index, w.frame.decoded_at});
   }
   batch.clear();   // the executor holds the frames now
-  b.submitted_at = Clock::now();
   try {
-    const double cpu_before_us = thread_cpu_us();
-    executor->submit(views, memory, owners);
-    b.submit_cpu_s = 1e-6 * (thread_cpu_us() - cpu_before_us) / double(b.slots.size());
-    b.submit_returned_at = Clock::now();
+    b.call = SubmitCall::time([&] { executor->submit(views, memory, owners); });
+    b.call.cpu_s /= double(b.slots.size());
   } catch (const std::exception& e) {
     owners.clear();
     in_flight.push_back(std::move(b));
@@ -276,7 +271,7 @@ void BatchGroup::Shared::complete_oldest() {
       for (size_t k = 0; k < plans.size(); ++k) sink_outs[k] = done.outputs[k] + i * plans[k].bytes_per_frame;
       m.sink->write(s.index, sink_outs);
       m.stats.frames_processed.fetch_add(1, std::memory_order_relaxed);
-      m.stats.observe_frame(s.decoded_at, b.submitted_at, b.submit_returned_at, b.submit_cpu_s, done.device_seconds);
+      m.stats.observe_frame(s.decoded_at, b.call, done.device_seconds);
     } catch (const std::exception& e) {
       fail(m, e.what());
       m.stats.drop(DropReason::ProcessError);

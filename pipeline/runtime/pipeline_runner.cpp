@@ -287,8 +287,8 @@ void PipelineRunner::start() {
   impl_->process_thread = std::jthread([this, decode_pool = decode.pool, frames_stream] {
     struct Submitted {
       int64_t index;
-      Clock::time_point decoded_at, submitted_at, submit_returned_at;
-      double submit_cpu_s;
+      Clock::time_point decoded_at;
+      SubmitCall call;
     };
     std::unique_ptr<Executor> executor;
     std::unique_ptr<Sink> sink;
@@ -309,7 +309,7 @@ void PipelineRunner::start() {
         sink->write_control(f.index, *record);
       }
       stats_.frames_processed.fetch_add(1, std::memory_order_relaxed);
-      stats_.observe_frame(f.decoded_at, f.submitted_at, f.submit_returned_at, f.submit_cpu_s, done.device_seconds);
+      stats_.observe_frame(f.decoded_at, f.call, done.device_seconds);
     };
     try {
       executor = make_executor(device_, cpu_threads_, frames_stream.get());
@@ -341,11 +341,10 @@ void PipelineRunner::start() {
           current = frame->info;
         }
         if (static_cast<int>(in_flight.size()) == executor->max_in_flight()) complete_oldest();
-        const Clock::time_point submitted_at = Clock::now();   // the queue wait ends here, as in BatchGroup
-        const double cpu_before_us = thread_cpu_us();
-        executor->submit({&frame->view, 1}, {&frame->memory, 1}, {&frame->owner, 1});
-        const double cpu_us = thread_cpu_us() - cpu_before_us;
-        in_flight.push_back({frame->index, frame->decoded_at, submitted_at, Clock::now(), 1e-6 * cpu_us});
+        // The queue wait ends where the call begins, as in BatchGroup.
+        const SubmitCall call =
+            SubmitCall::time([&] { executor->submit({&frame->view, 1}, {&frame->memory, 1}, {&frame->owner, 1}); });
+        in_flight.push_back({frame->index, frame->decoded_at, call});
       }
       // Final counts: the decode thread has ended (it closes the queue last) and nothing is in
       // flight, so the only slot still leased is the preview frame's (latest_frame()).

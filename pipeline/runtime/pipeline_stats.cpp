@@ -25,11 +25,16 @@ LatencyHistogram& LatencyHistogram::operator+=(const LatencyHistogram& other) {
   return *this;
 }
 
+namespace {
+//! Non-negative seconds as the nanoseconds the atomic sums count.
+uint64_t to_ns(double seconds) { return static_cast<uint64_t>(std::max(seconds, 0.0) * 1e9); }
+}  // namespace
+
 void PipelineStats::AtomicHistogram::observe(double seconds) {
   size_t i = 0;
   while (i < kLatencyBuckets.size() && seconds > kLatencyBuckets[i]) ++i;
   counts_[i].fetch_add(1, std::memory_order_relaxed);
-  sum_ns_.fetch_add(static_cast<uint64_t>(std::max(seconds, 0.0) * 1e9), std::memory_order_relaxed);
+  sum_ns_.fetch_add(to_ns(seconds), std::memory_order_relaxed);
 }
 
 LatencyHistogram PipelineStats::AtomicHistogram::load() const {
@@ -44,18 +49,15 @@ void PipelineStats::observe_latency(double decode_to_output_s, double queue_wait
   latency_.observe(decode_to_output_s);
   queue_wait_.observe(queue_wait_s);
   submit_.observe(submit_s);
-  submit_cpu_ns_.fetch_add(static_cast<uint64_t>(std::max(submit_cpu_s, 0.0) * 1e9), std::memory_order_relaxed);
+  submit_cpu_ns_.fetch_add(to_ns(submit_cpu_s), std::memory_order_relaxed);
 }
 
-void PipelineStats::observe_frame(std::chrono::steady_clock::time_point decoded_at,
-                                  std::chrono::steady_clock::time_point submitted_at,
-                                  std::chrono::steady_clock::time_point submit_returned_at, double submit_cpu_s,
+void PipelineStats::observe_frame(std::chrono::steady_clock::time_point decoded_at, const SubmitCall& call,
                                   std::optional<double> device_seconds) {
   using Seconds = std::chrono::duration<double>;
-  observe_latency(device_seconds ? Seconds(submit_returned_at - decoded_at).count() + *device_seconds
+  observe_latency(device_seconds ? Seconds(call.returned - decoded_at).count() + *device_seconds
                                  : Seconds(std::chrono::steady_clock::now() - decoded_at).count(),
-                  Seconds(submitted_at - decoded_at).count(), Seconds(submit_returned_at - submitted_at).count(),
-                  submit_cpu_s);
+                  Seconds(call.begun - decoded_at).count(), Seconds(call.returned - call.begun).count(), call.cpu_s);
 }
 
 void PipelineStats::set_frame(std::string frame) {

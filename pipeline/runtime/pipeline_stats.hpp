@@ -3,6 +3,7 @@
 //! read by the daemon (metrics, /status, logs) through snapshot(): no locks on the frame path.
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <optional>
@@ -39,6 +40,24 @@ struct LatencyHistogram {
   //! What was observed after `earlier` (a snapshot of the same counters taken before).
   LatencyHistogram since(const LatencyHistogram& earlier) const;
   LatencyHistogram& operator+=(const LatencyHistogram& other);
+};
+
+//! One submit call of a frame's (or a batch's) processing: when it began and returned, and the
+//! host CPU it used (the calling thread's), seconds.
+struct SubmitCall {
+  std::chrono::steady_clock::time_point begun, returned;
+  double cpu_s = 0;
+  //! Calls `submit()` and times it; its exceptions pass through.
+  template <class F>
+  static SubmitCall time(F&& submit) {
+    SubmitCall c;
+    c.begun = std::chrono::steady_clock::now();
+    const double cpu_before_us = thread_cpu_us();
+    submit();
+    c.cpu_s = 1e-6 * (thread_cpu_us() - cpu_before_us);
+    c.returned = std::chrono::steady_clock::now();
+    return c;
+  }
 };
 
 //! The control loops' view of the latest frame they completed (pipelines with `control:`).
@@ -101,12 +120,11 @@ class PipelineStats {
   //! Records one frame's decode -> output latency, the part of it before its submit and the
   //! submit call's, and the host CPU time of that call (its share of a batch's), seconds.
   void observe_latency(double decode_to_output_s, double queue_wait_s, double submit_s, double submit_cpu_s);
-  //! observe_latency() of a frame decoded at `decoded_at`, whose submit call ran from
-  //! `submitted_at` to `submit_returned_at` using `submit_cpu_s` of host CPU: the latency runs
-  //! until the submit returned plus `device_seconds` where the executor measured them (from the
-  //! iteration's start to its outputs), else until now on the host's clock.
-  void observe_frame(std::chrono::steady_clock::time_point decoded_at, std::chrono::steady_clock::time_point submitted_at,
-                     std::chrono::steady_clock::time_point submit_returned_at, double submit_cpu_s,
+  //! observe_latency() of a frame decoded at `decoded_at` and enqueued by `call` (whose cpu_s is
+  //! the frame's share of a batch's): the latency runs until the submit returned plus
+  //! `device_seconds` where the executor measured them (from the iteration's start to its
+  //! outputs), else until now on the host's clock.
+  void observe_frame(std::chrono::steady_clock::time_point decoded_at, const SubmitCall& call,
                      std::optional<double> device_seconds);
 
   //! Copies counters; `fps` is the processed rate over the last >= 1 s between snapshots.
