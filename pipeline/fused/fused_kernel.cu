@@ -68,7 +68,8 @@ __device__ __forceinline__ void run_tile(const FusedLaunch& launch, int k, int b
   // Frame b's tensor: Chain::pixel / emit then see batch frame 0 (the same addresses, fewer registers).
   p.store.data = static_cast<uint8_t*>(block.out[k]) + p.frame_stride * b;
   if (const control::FusedControl* c = launch.control)
-    control::apply(controls[control::launch_iteration(*c, b) & 1u], frame_w, frame_h, p);
+    // A select, not an index: `controls` stays in registers.
+    control::apply((control::launch_iteration(*c, b) & 1u) ? controls[1] : controls[0], frame_w, frame_h, p);
 #pragma unroll
   for (int i = 0; i < R; ++i) {
     const int y = y0 + i * kBlockRows;
