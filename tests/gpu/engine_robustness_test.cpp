@@ -160,13 +160,20 @@ TEST_F(GpuEngine, SixtyFourPipelinesShareOneGpuAndGiveItsMemoryBack) {
                 (double(peak) - double(before)) / kMiB, (double(after) - double(before)) / kMiB);
     return after;
   };
-  // The driver may keep what the first 64 concurrent pipelines made it grow (stream and graph
-  // resources it pools); a leak grows with every round, so the second round must give back all it took.
-  const uint64_t after_first = round(1);
-  const uint64_t after_second = round(2);
-  EXPECT_LE(after_second, after_first + kReleaseSlack)
-      << "device memory not given back by 64 pipelines: " << (double(after_second) - double(after_first)) / kMiB
-      << " MiB more than after the first 64";
+  // The driver may keep what 64 concurrent pipelines made it grow (stream and graph resources it
+  // pools), and a round that runs more of them at once than the one before grows it further (the
+  // H200 lane once kept 20 MiB after a second round that peaked at 210 MiB against the first's 86). A
+  // leak grows with every round, so one of two rounds after the first must give back all it took.
+  uint64_t after = round(1);
+  uint64_t grown = 0;
+  for (int r = 2; r <= 3; ++r) {
+    const uint64_t next = round(r);
+    grown = next > after ? next - after : 0;
+    after = next;
+    if (grown <= kReleaseSlack) break;
+  }
+  EXPECT_LE(grown, kReleaseSlack) << "device memory not given back by 64 pipelines in two rounds after the first: "
+                                  << double(grown) / kMiB << " MiB more after the third";
 }
 
 TEST_F(GpuEngine, AResolutionChangeMidStreamReplansTheCudaExecutor) {
