@@ -123,10 +123,11 @@ struct FusedControl : ControlHead {
 //! The accumulators of iteration i's regions.
 FF_HD TermAccum* iteration_accum(FusedControl& c, uint64_t i) { return c.accum[i & 1u]; }
 
-//! What the parameter upload does before a batch of `frames` launches.
-FF_HD void begin_batch(FusedControl& c, int frames) {
-  c.batch_first = c.launches;
-  c.launches += uint64_t(frames);
+//! What the parameter upload does before a batch of `frames` launches, `launches` being c.launches
+//! as it read it (beside the parameter block, so both cost one memory round trip).
+FF_HD void begin_batch(FusedControl& c, uint64_t launches, int frames) {
+  c.batch_first = launches;
+  c.launches = launches + uint64_t(frames);
 }
 
 //! The iteration of launch `frame` of the current batch (read once the upload is visible).

@@ -136,16 +136,22 @@ static_assert(kNumFixedStores == 3, "fused_kernel's switch lists the fixed store
 
 //! Copies the parameter block from pinned host memory (device-readable under UVA) to its device
 //! copy: one block, 16-byte words, so the read crosses the bus once; with `control`, also starts
-//! its batch of the block's num_frames launches (control::begin_batch). Lets the fused kernel after
-//! it start at once (it waits for this kernel's completion before reading the block).
+//! its batch of the block's num_frames launches (control::begin_batch) in thread 0, from the first
+//! word it copies (num_frames) and the iteration count it fetched beside it: no memory round trip
+//! after the copy. Lets the fused kernel after it start at once (it waits for this kernel's
+//! completion before reading the block).
 __global__ void __launch_bounds__(kStageThreads) stage_params(const uint4* __restrict__ host,
                                                               uint4* __restrict__ device, int words,
                                                               control::FusedControl* control) {
+  static_assert(offsetof(FusedParams, num_frames) == 0, "num_frames is the first word's x");
   let_dependents_start();
-  for (int i = static_cast<int>(threadIdx.x); i < words; i += kStageThreads) device[i] = host[i];
-  if (!control) return;
-  __syncthreads();
-  if (threadIdx.x == 0) control::begin_batch(*control, reinterpret_cast<const FusedParams*>(device)->num_frames);
+  const bool starts_batch = control && threadIdx.x == 0;
+  const uint64_t launches = starts_batch ? control->launches : 0;
+  for (int i = static_cast<int>(threadIdx.x); i < words; i += kStageThreads) {
+    const uint4 w = host[i];
+    device[i] = w;
+    if (i == 0 && starts_batch) control::begin_batch(*control, launches, static_cast<int32_t>(w.x));
+  }
 }
 
 //! One block: closes the iteration a d >= 2 control left open (control::detail::finish_late).
