@@ -10,7 +10,7 @@
 //! Per sample, kIters replays: GPU time (events, µs per frame) and host CPU time of the submitting
 //! thread (CLOCK_THREAD_CPUTIME_ID around the cudaGraphLaunch loop, µs per frame); the three
 //! modes' samples alternate, and each number is the median of its samples.
-//! Usage: control_bench [--samples N]
+//! Usage: control_bench [--samples N] [--workload NAME] (NAME: that workload's row only, e.g. under a profiler)
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -86,7 +86,7 @@ void sample(std::span<const std::unique_ptr<Instance>> instances, size_t& next, 
   t.cpu_us.push_back((cpu1 - cpu0) / kIters);
 }
 
-int run(int samples) {
+int run(int samples, const std::string& only) {
   const CudaProbe probe = probe_cuda();
   if (probe.devices == 0) {
     std::fprintf(stderr, "control_bench: no CUDA device (%s)\n", probe.detail.c_str());
@@ -124,8 +124,10 @@ int run(int samples) {
   std::printf("\n| workload | plain GPU µs/frame | d=1 GPU µs/frame | overhead | d=2 GPU µs/frame | overhead | "
               "plain host CPU µs/frame | d=1 host CPU | overhead | d=2 host CPU | overhead |\n"
               "|---|---|---|---|---|---|---|---|---|---|---|\n");
-  bool failed = false;
+  bool failed = false, found = false;
   for (const Workload& w : workloads) {
+    if (!only.empty() && only != w.name) continue;
+    found = true;
     std::vector<OutputPlan> plans;
     for (const auto& s : w.outputs) plans.push_back(make_output_plan(s, info, w.name));
     spec.roi_follow.output = plans[0].name;
@@ -161,6 +163,10 @@ int run(int samples) {
       }
     }
   }
+  if (!found) {
+    std::fprintf(stderr, "control_bench: no workload '%s' (classify, detect, classify+detect+thumb)\n", only.c_str());
+    return 1;
+  }
   return failed ? 2 : 0;
 }
 
@@ -169,11 +175,14 @@ int run(int samples) {
 
 int main(int argc, char** argv) {
   int samples = 21;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--samples") == 0 && i + 1 < argc) {
       samples = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--workload") == 0 && i + 1 < argc) {
+      only = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: control_bench [--samples N]\n");
+      std::fprintf(stderr, "usage: control_bench [--samples N] [--workload NAME]\n");
       return 1;
     }
   }
@@ -182,7 +191,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   try {
-    return framefuse::bench::run(samples);
+    return framefuse::bench::run(samples, only);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "control_bench: %s\n", e.what());
     return 1;
