@@ -251,8 +251,7 @@ void App::log_summary() {
     const auto s = r->stats().snapshot();
     uint64_t dropped = 0;
     for (auto d : s.dropped) dropped += d;
-    const uint64_t timed = s.latency.count();   // frames whose latency was observed
-    const double lat_ms = timed ? 1e3 * s.latency.sum_s / double(timed) : 0.0;
+    const double lat_ms = 1e3 * s.latency.mean_s().value_or(0);
     std::string where = r->spec().sink.kind == SinkKind::Npy ? r->spec().sink.directory : "null sink";
     spdlog::info("summary '{}': {} frames decoded, {} processed, {} dropped, {:.1f} fps average over {:.2f} s, "
                  "mean decode->output {:.2f} ms, state {}, outputs in {}",

@@ -160,7 +160,7 @@ struct PipelinesRun {
   LatencyHistogram latency, queue_wait, submit;
   double submit_cpu_s = 0;   //!< host CPU of the submit calls of the frames in `submit`
   //! That per frame, microseconds (0 without frames).
-  double submit_cpu_us() const { return submit.count() ? 1e6 * submit_cpu_s / double(submit.count()) : 0; }
+  double submit_cpu_us() const { return 1e6 * submit.per_observation(submit_cpu_s).value_or(0); }
   std::string decoder, frame;
   bool all_frames = true;   //!< every pipeline processed max_frames frames
   //! Paced sources: the most any stream's last frame came after its due time (first frame +
@@ -545,7 +545,7 @@ LiveTrial live_trial(const BenchOptions& o, const DeviceSpec& device, int stream
   t.submit_p99_s = latency_quantile(run.submit.counts, 0.99);
   t.submit_cpu_us = run.submit_cpu_us();
   t.latency_frames = run.latency.count();
-  t.latency_mean_s = t.latency_frames ? run.latency.sum_s / double(t.latency_frames) : 0;
+  t.latency_mean_s = run.latency.mean_s().value_or(0);
   // A live source queues kLiveSlackFrames frames before it drops: later than that would have
   // dropped. (Latency is reported, not judged.)
   t.held = run.all_frames && run.dropped == 0 && run.late_s <= kLiveSlackFrames / fps;

@@ -49,15 +49,14 @@ void append_pipeline(std::string& out, const PipelineSnapshot& p) {
     fmt::format_to(o, "{}{}:{}", r ? "," : "", json_string(kDropReasonNames[r]), p.dropped[r]);
   fmt::format_to(o, R"(}},"queue_depth":{},"last_frame_age_s":{},"fps":{},)", p.queue_depth,
                  p.last_frame_age_s < 0 ? "null" : json_number(p.last_frame_age_s), json_number(p.fps));
+  const auto number_or_null = [](std::optional<double> v) { return v ? json_number(*v) : std::string("null"); };
   for (const auto& [key, h] : {std::pair{"latency", &p.latency}, std::pair{"queue_wait", &p.queue_wait},
                                std::pair{"submit", &p.submit}}) {
-    const uint64_t count = h->count();
-    fmt::format_to(o, R"("{}":{{"count":{},"sum_s":{},"mean_s":{}}},)", key, count, json_number(h->sum_s),
-                   count ? json_number(h->sum_s / double(count)) : "null");
+    fmt::format_to(o, R"("{}":{{"count":{},"sum_s":{},"mean_s":{}}},)", key, h->count(), json_number(h->sum_s),
+                   number_or_null(h->mean_s()));
   }
-  const uint64_t submits = p.submit.count();
   fmt::format_to(o, R"("submit_cpu":{{"sum_s":{},"mean_s":{}}},)", json_number(p.submit_cpu_s),
-                 submits ? json_number(p.submit_cpu_s / double(submits)) : "null");
+                 number_or_null(p.submit.per_observation(p.submit_cpu_s)));
   fmt::format_to(o, R"("pool":{{"in_use":{},"capacity":{}}},"decoder":{},"nvdec_fallbacks":{},)", p.pool_in_use,
                  p.pool_capacity, p.decoder.empty() ? "null" : json_string(p.decoder), p.nvdec_fallbacks);
   out += R"("outputs":[)";

@@ -12,6 +12,12 @@ uint64_t LatencyHistogram::count() const {
   return n;
 }
 
+std::optional<double> LatencyHistogram::per_observation(double total) const {
+  const uint64_t n = count();
+  if (n == 0) return std::nullopt;
+  return total / double(n);
+}
+
 LatencyHistogram LatencyHistogram::since(const LatencyHistogram& earlier) const {
   LatencyHistogram d;
   for (size_t i = 0; i < counts.size(); ++i) d.counts[i] = counts[i] - earlier.counts[i];

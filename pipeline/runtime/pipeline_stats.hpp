@@ -37,6 +37,10 @@ struct LatencyHistogram {
   std::array<uint64_t, kLatencyBuckets.size() + 1> counts{};
   double sum_s = 0;
   uint64_t count() const;
+  //! `total` (sum_s, or anything summed over the same observations) per observation; none without any.
+  std::optional<double> per_observation(double total) const;
+  //! The mean observed time, seconds; none without observations.
+  std::optional<double> mean_s() const { return per_observation(sum_s); }
   //! What was observed after `earlier` (a snapshot of the same counters taken before).
   LatencyHistogram since(const LatencyHistogram& earlier) const;
   LatencyHistogram& operator+=(const LatencyHistogram& other);
