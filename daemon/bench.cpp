@@ -300,14 +300,10 @@ double timer_cost_us() {
 //! `record_times`: also the device time of the upload and of the kernels (an event node between
 //! them).
 EngineResult engine_run(const DeviceSpec& device, const FrameInfo& info, const PipelineSpec& spec,
-                        const std::vector<ops::ImageView>& frames, FrameMemory memory, bool legacy, bool graphs,
+                        const std::vector<ops::ImageView>& frames, FrameMemory memory, bool graphs,
                         int iterations, bool record_times, double timer_us) {
   constexpr int kWarmup = 50;
-  // Device frames as a pipeline's decoder leaves them (written on the executor's stream), or, with
-  // `legacy`, as a batch group gets them (written on the legacy default stream: an event per batch).
-  const std::shared_ptr<CUstream_st> frames_stream = legacy ? nullptr : make_frames_stream(device);
-  CudaExecutor exec(device.index, {.in_flight = kEngineInFlight, .graphs = graphs, .record_times = record_times,
-                                   .frames_stream = frames_stream.get()});
+  CudaExecutor exec(device.index, {.in_flight = kEngineInFlight, .graphs = graphs, .record_times = record_times});
   const auto plans = make_output_plans(spec, info);
   exec.setup(info, make_color_params(spec.color, info), plans, 1);
   std::vector<IterationTimes> times;
@@ -336,7 +332,7 @@ EngineResult engine_run(const DeviceSpec& device, const FrameInfo& info, const P
 
   EngineResult r;
   r.mode = graphs ? "graph" : "stream";
-  r.memory = memory == FrameMemory::Device ? (legacy ? "dev-leg" : "device") : "pinned";
+  r.memory = memory == FrameMemory::Device ? "device" : "pinned";
   r.iterations = iterations;
   r.submit_cpu_us = cpu_us / iterations - timer_us;
   r.fps = iterations / seconds;
@@ -353,9 +349,8 @@ EngineResult engine_run(const DeviceSpec& device, const FrameInfo& info, const P
 }
 
 //! Graph replay vs stream launches of the same iteration, on frames of the clip in device memory
-//! (as NVDEC leaves them: on the executor's stream, "device", or on the legacy default stream as
-//! batch groups get them, "dev-leg") and in pinned memory (uploaded per frame, as software decoding
-//! leaves them).
+//! ("device": as NVDEC leaves them, each batch waiting for an event on the legacy default stream)
+//! and in pinned memory (uploaded per frame, as software decoding leaves them).
 std::vector<EngineResult> engine_bench(const BenchOptions& o, const DeviceSpec& device, double timer_us) {
   constexpr int kFrames = 8, kIterations = 2000, kTimed = 500;
   PipelineSpec spec = bench_pipeline(o, 0);
@@ -388,12 +383,10 @@ std::vector<EngineResult> engine_bench(const BenchOptions& o, const DeviceSpec& 
   if (pinned.empty()) throw std::runtime_error(fmt::format("{}: frames did not decode into the pinned pool", o.clip));
   std::vector<EngineResult> results;
   for (const bool graphs : {true, false}) {
-    for (const auto& [memory, legacy] : {std::pair{FrameMemory::Device, false}, std::pair{FrameMemory::Device, true},
-                                        std::pair{FrameMemory::Pinned, false}}) {
+    for (const FrameMemory memory : {FrameMemory::Device, FrameMemory::Pinned}) {
       const auto& frames = memory == FrameMemory::Device ? on_device : pinned;
-      EngineResult r = engine_run(device, info, spec, frames, memory, legacy, graphs, kIterations, false, timer_us);
-      const EngineResult timed =
-          engine_run(device, info, spec, frames, memory, legacy, graphs, kTimed, true, timer_us);
+      EngineResult r = engine_run(device, info, spec, frames, memory, graphs, kIterations, false, timer_us);
+      const EngineResult timed = engine_run(device, info, spec, frames, memory, graphs, kTimed, true, timer_us);
       r.upload_us = timed.upload_us;
       r.kernels_us = timed.kernels_us;
       r.latency_p50_ms = timed.latency_p50_ms;
@@ -724,9 +717,8 @@ std::string format_bench_table(const BenchResult& r) {
   out += memory_text("decode alone (growth / N):", r.decode_memory);
   if (!r.engine.empty()) {
     out += fmt::format("\nexecutor alone ({} iterations, {} in flight, outputs not copied out; submit = thread CPU "
-                       "time in submit(); device times from a run with event times; device: frames written on the "
-                       "executor's stream, as a pipeline's NVDEC decoder does; dev-leg: on the legacy default "
-                       "stream, as batch groups get them):\n",
+                       "time in submit(); device times from a run with event times; device: frames in GPU memory, "
+                       "waited for on the legacy default stream as NVDEC's are):\n",
                        r.engine.front().iterations, kEngineInFlight);
     out += fmt::format("{:<8}{:<8}{:>14}{:>10}{:>12}{:>12}{:>26}\n", "mode", "frames", "submit us/fr", "fps",
                        "upload us", "kernels us", "latency p50/p99 ms");

@@ -52,24 +52,12 @@ CUcontext retain_primary_context(int index) {
   return ctx;
 }
 
-//! AVHWDeviceContext::free of a context with a stream of its own: drops the stream's owner.
-void release_stream(AVHWDeviceContext* device) {
-  delete static_cast<std::shared_ptr<CUstream_st>*>(device->user_opaque);
-}
-
-//! An FFmpeg CUDA device over `ctx` (never released by FFmpeg) whose copies go on `stream` (null:
-//! the legacy default stream), kept alive by the device.
-AVBufferRef* create_device(CUcontext ctx, std::shared_ptr<CUstream_st> stream) {
+//! An FFmpeg CUDA device over `ctx` (never released by FFmpeg), copying on the legacy default stream.
+AVBufferRef* create_device(CUcontext ctx) {
   AVBufferRef* ref = av_hwdevice_ctx_alloc(AV_HWDEVICE_TYPE_CUDA);
   if (!ref) throw std::runtime_error("this FFmpeg has no CUDA support");
   auto* device = reinterpret_cast<AVHWDeviceContext*>(ref->data);
-  auto* hw = static_cast<AVCUDADeviceContext*>(device->hwctx);
-  hw->cuda_ctx = ctx;
-  hw->stream = stream.get();
-  if (stream) {
-    device->user_opaque = new std::shared_ptr<CUstream_st>(std::move(stream));
-    device->free = &release_stream;   // also when init fails below
-  }
+  static_cast<AVCUDADeviceContext*>(device->hwctx)->cuda_ctx = ctx;
   if (const int err = av_hwdevice_ctx_init(ref); err < 0) {
     av_buffer_unref(&ref);
     throw std::runtime_error(fmt::format("FFmpeg CUDA device: {}", av_error(err)));
@@ -80,7 +68,7 @@ AVBufferRef* create_device(CUcontext ctx, std::shared_ptr<CUstream_st> stream) {
 }  // namespace
 #endif
 
-AVBufferRef* cuda_decode_device(int index, std::shared_ptr<CUstream_st> stream) {
+AVBufferRef* cuda_decode_device(int index) {
 #if FRAMEFUSE_HAVE_FFNVCODEC
   static std::mutex mu;
   static auto* devices = new std::map<int, AVBufferRef*>();   // never freed: see header
@@ -89,21 +77,15 @@ AVBufferRef* cuda_decode_device(int index, std::shared_ptr<CUstream_st> stream) 
     auto it = devices->find(index);
     if (it == devices->end()) {
       const CUcontext ctx = retain_primary_context(index);   // kept even if FFmpeg fails: see header
-      it = devices->emplace(index, create_device(ctx, nullptr)).first;
+      it = devices->emplace(index, create_device(ctx)).first;
     }
-    AVBufferRef* ref = nullptr;
-    if (stream) {
-      const auto* shared = reinterpret_cast<const AVHWDeviceContext*>(it->second->data);
-      ref = create_device(static_cast<const AVCUDADeviceContext*>(shared->hwctx)->cuda_ctx, std::move(stream));
-    } else if (!(ref = av_buffer_ref(it->second))) {
-      throw std::runtime_error("out of memory");
-    }
+    AVBufferRef* ref = av_buffer_ref(it->second);
+    if (!ref) throw std::runtime_error("out of memory");
     return ref;
   } catch (const std::exception& e) {
     throw MediaError(fmt::format("cannot use CUDA device {} for NVDEC: {}", index, e.what()));
   }
 #else
-  (void)stream;
   throw MediaError(fmt::format("cannot use CUDA device {} for NVDEC: built without the nv-codec-headers "
                                "(ffnvcodec)",
                                index));

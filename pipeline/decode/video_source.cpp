@@ -14,6 +14,7 @@
 #include "pipeline/decode/av_util.hpp"
 #include "pipeline/util/clock.hpp"
 #include "pipeline/decode/cuda_device_context.hpp"
+#include "pipeline/decode/parameter_sets.hpp"
 #include "pipeline/error.hpp"
 #include "pipeline/util/redact.hpp"
 
@@ -21,6 +22,7 @@ extern "C" {
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
 #include <libavutil/hwcontext.h>
+#include <libavutil/opt.h>
 #include <libavutil/pixdesc.h>
 #include <libswscale/swscale.h>
 }
@@ -46,26 +48,27 @@ std::optional<ops::PixelFormat> direct_format(AVPixelFormat f) {
   }
 }
 
-//! What NVDEC outputs for a stream whose software format is `sw` (NV12 for 8-bit 4:2:0, P010 for
-//! 10-bit), when the ops read it.
+//! The ops' format for NVDEC frames of software format `sw` (NV12 for 8-bit 4:2:0, P010 for 10-bit).
 std::optional<ops::PixelFormat> nvdec_format(AVPixelFormat sw) {
   switch (sw) {
-    case AV_PIX_FMT_YUV420P:
-    case AV_PIX_FMT_YUVJ420P: return ops::PixelFormat::Nv12;
-    case AV_PIX_FMT_YUV420P10LE: return ops::PixelFormat::P010;
+    case AV_PIX_FMT_NV12: return ops::PixelFormat::Nv12;
+    case AV_PIX_FMT_P010LE: return ops::PixelFormat::P010;
     default: return std::nullopt;
   }
 }
 
-//! Whether this FFmpeg can decode `dec`'s codec with NVDEC on a CUDA device context.
-bool has_nvdec(const AVCodec& dec) {
-  for (int i = 0;; ++i) {
-    const AVCodecHWConfig* c = avcodec_get_hw_config(&dec, i);
-    if (!c) return false;
-    if (c->device_type == AV_HWDEVICE_TYPE_CUDA && c->pix_fmt == AV_PIX_FMT_CUDA &&
-        (c->methods & AV_CODEC_HW_CONFIG_METHOD_HW_DEVICE_CTX))
-      return true;
-  }
+//! NVDEC decode surfaces for the stream (FFmpeg's cuvid `surfaces`): the frames its decoded picture
+//! buffer holds (parameter_sets.hpp; for H.264 plus the frames it reorders), the one being decoded
+//! and one to spare, as FFmpeg's own NVDEC hwaccel sizes them. 0 when the stream does not tell
+//! (FFmpeg's default, 25). Too few surfaces would corrupt frames silently, so no guess goes lower.
+int nvdec_surfaces(const AVCodecParameters& par) {
+  const bool h264 = par.codec_id == AV_CODEC_ID_H264;
+  if (!h264 && par.codec_id != AV_CODEC_ID_HEVC) return 0;
+  const int dpb = dpb_frames(h264 ? SpsCodec::H264 : SpsCodec::Hevc,
+                             std::span<const uint8_t>(par.extradata, size_t(std::max(par.extradata_size, 0))));
+  if (dpb < 0) return 0;
+  constexpr int kNvdecMaxSurfaces = 32;   // CUVIDDECODECREATEINFO::ulNumDecodeSurfaces
+  return std::min(dpb + (h264 ? std::max(par.video_delay, 0) : 0) + 2, kNvdecMaxSurfaces);
 }
 
 //! Deep 4:2:0 YUV keeps its colour path in the ops as P010; everything else becomes RGB24.
@@ -121,8 +124,9 @@ struct VideoSource::Impl {
   // or behind fatal_mu. `fatal`: why reading must stop (set where no exception may be thrown).
   std::atomic<DecoderKind> in_use{DecoderKind::Cpu};
   std::atomic<bool> nvdec_wanted{false};   //!< NVDEC set up at open and not given up
-  std::atomic<bool> nvdec_chosen{false};   //!< get_format picked CUDA at least once
-  std::atomic<int> format_choices{0};      //!< get_format calls: one per decoder (re)initialisation
+  std::atomic<int> format_choices{0};      //!< decoder set-ups (choose_format)
+  std::tuple<int, int, AVPixelFormat> last_shape{0, 0, AV_PIX_FMT_NONE};   //!< of the last set-up (get_format only)
+  int surfaces = 0;                        //!< NVDEC decode surfaces asked for (0: FFmpeg's default)
   std::mutex fatal_mu;
   std::string fatal;
 
@@ -232,60 +236,76 @@ struct VideoSource::Impl {
     deadline_ns = 0;
   }
 
-  //! The one place a decoder is chosen and opened.
+  //! The one place a decoder is chosen and opened: NVDEC when it is wanted and opens for the
+  //! stream, else software (`auto`, reported to on_fallback) or an error (`nvdec`).
   void open_decoder(const AVStream& st) {
+    const bool nvdec = opts.decoder == DecoderKind::Nvdec || (opts.decoder == DecoderKind::Auto && opts.cuda_device >= 0);
+    if (nvdec) {
+      const std::string why = open_nvdec(st);
+      if (why.empty()) return;
+      if (!give_up_nvdec(why)) fail(fmt::format("decoder nvdec: {}", why));
+    }
     const AVCodec* dec = avcodec_find_decoder(st.codecpar->codec_id);
     if (!dec) fail(fmt::format("no decoder for codec '{}'", avcodec_get_name(st.codecpar->codec_id)));
-    codec.reset(avcodec_alloc_context3(dec));
-    if (!codec) fail("out of memory");
-    int err = avcodec_parameters_to_context(codec.get(), st.codecpar);
-    if (err < 0) fail(fmt::format("decoder parameters: {}", av_error(err)));
-    codec->pkt_timebase = st.time_base;
+    new_context(*dec, st);
     codec->thread_count = opts.threads_at_open ? opts.threads_at_open() : opts.threads;
     // Frame threads hold frames back (one per thread); live sources prefer slice threads.
     if (rtsp()) codec->thread_type = FF_THREAD_SLICE;
-    codec->opaque = this;
-    codec->get_format = &Impl::get_format;   // counts set-ups; picks CUDA only when setup_nvdec() wants it
-    if (opts.pool) codec->get_buffer2 = &Impl::get_buffer;
-    setup_nvdec(*dec);
-    if ((err = avcodec_open2(codec.get(), dec, nullptr)) < 0)
+    if (const int err = avcodec_open2(codec.get(), dec, nullptr); err < 0)
       fail(fmt::format("cannot open the {} decoder ({})", dec->name, av_error(err)));
   }
 
-  //! Attaches the GPU's shared CUDA device when NVDEC is wanted and can be used; otherwise the
-  //! decoder stays in software (auto) or open() fails (nvdec).
-  void setup_nvdec(const AVCodec& dec) {
-    if (opts.decoder == DecoderKind::Cpu) return;
-    std::string why;
-    if (opts.cuda_device < 0) {
-      if (opts.decoder == DecoderKind::Auto) return;   // a CPU pipeline decodes in software: no fallback
-      why = "this pipeline runs on the cpu";
-    } else if (!has_nvdec(dec)) {
-      why = fmt::format("this FFmpeg has no NVDEC hwaccel for {}", dec.name);
-    } else {
-      try {
-        codec->hw_device_ctx = cuda_decode_device(opts.cuda_device, opts.cuda_stream);
-        // NVDEC decodes on the chip; one CPU thread parses. Frame threads would only hold frames
-        // back and multiply surfaces (and FFmpeg 5.1's hwaccel + frame threading handed out
-        // surfaces without data on the H200).
-        codec->thread_count = 1;
-        nvdec_wanted = true;
-        in_use = DecoderKind::Nvdec;
-        return;
-      } catch (const MediaError& e) {
-        why = e.what();
-      }
+  //! A context for `dec` with the stream's parameters and this source's callbacks, in `codec`.
+  void new_context(const AVCodec& dec, const AVStream& st) {
+    codec.reset(avcodec_alloc_context3(&dec));
+    if (!codec) fail("out of memory");
+    if (const int err = avcodec_parameters_to_context(codec.get(), st.codecpar); err < 0)
+      fail(fmt::format("decoder parameters: {}", av_error(err)));
+    codec->pkt_timebase = st.time_base;
+    codec->opaque = this;
+    codec->get_format = &Impl::get_format;   // counts set-ups; picks CUDA when NVDEC decodes
+    if (opts.pool) codec->get_buffer2 = &Impl::get_buffer;
+  }
+
+  //! Opens FFmpeg's NVDEC decoder for the stream (<codec>_cuvid) on the GPU's shared CUDA context:
+  //! NVIDIA's parser keeps the reference frames in as few decode surfaces as the stream needs
+  //! (nvdec_surfaces), and each output frame is copied, on the legacy default stream, into a frame of
+  //! a pool that grows with the frames the pipeline holds. (FFmpeg 5.1's NVDEC hwaccel instead hands
+  //! out its surfaces, each held frame keeping a decode and an output surface: twice the memory
+  //! and at most NVDEC's 32 surfaces in all.) Returns why it cannot be used, empty on success.
+  std::string open_nvdec(const AVStream& st) {
+    if (opts.cuda_device < 0) return "this pipeline runs on the cpu";
+    nvdec_wanted = true;
+    in_use = DecoderKind::Nvdec;
+    const std::string name = fmt::format("{}_cuvid", avcodec_get_name(st.codecpar->codec_id));
+    const AVCodec* dec = avcodec_find_decoder_by_name(name.c_str());
+    if (!dec) return fmt::format("this FFmpeg has no NVDEC decoder for {} ({})", avcodec_get_name(st.codecpar->codec_id), name);
+    try {
+      new_context(*dec, st);
+      codec->hw_device_ctx = cuda_decode_device(opts.cuda_device);
+    } catch (const MediaError& e) {
+      codec.reset();
+      return e.what();
     }
-    if (!give_up_nvdec(why)) fail(fmt::format("decoder nvdec: {}", why));
+    codec->thread_count = 1;
+    codec->flags |= AV_CODEC_FLAG_LOW_DELAY;   // frames out as soon as they may be shown: no display delay
+    surfaces = nvdec_surfaces(*st.codecpar);
+    if (surfaces > 0) av_opt_set_int(codec->priv_data, "surfaces", surfaces, 0);
+    if (const int err = avcodec_open2(codec.get(), dec, nullptr); err < 0) {
+      codec.reset();
+      surfaces = 0;
+      return fmt::format("cannot open the {} decoder ({})", name, av_error(err));
+    }
+    return {};
   }
 
   //! NVDEC cannot be used for this stream: true when decoding goes on in software (auto; reported
-  //! to on_fallback), false when it must stop (nvdec).
+  //! to on_fallback once, when NVDEC had been tried), false when it must stop (nvdec).
   bool give_up_nvdec(const std::string& why) {
-    nvdec_wanted = false;
+    const bool tried = nvdec_wanted.exchange(false);
     in_use = DecoderKind::Cpu;
     if (opts.decoder == DecoderKind::Nvdec) return false;
-    if (opts.on_fallback) opts.on_fallback(why);
+    if (tried && opts.on_fallback) opts.on_fallback(why);
     return true;
   }
 
@@ -304,18 +324,15 @@ struct VideoSource::Impl {
     return static_cast<Impl*>(c->opaque)->choose_format(*c, formats);
   }
 
-  //! NVDEC's limit on decode surfaces (CUVIDDECODECREATEINFO::ulNumDecodeSurfaces), and the
-  //! surfaces FFmpeg adds to the stream's references and reordered frames for its own work (3 to
-  //! guarantee 4, and 2 to spare: the estimate must not fall short, or the decoder fails to set up).
-  static constexpr int kNvdecMaxSurfaces = 32, kNvdecWorkSurfaces = 5;
-
-  //! CUDA when NVDEC is wanted, offered and outputs a layout the ops read; else the software
-  //! format. FFmpeg asks again, without CUDA, when the hwaccel fails to set up for the stream.
-  //! Choosing CUDA, it asks for opts.held_frames surfaces beyond the ones FFmpeg sizes for the
-  //! decoder itself (references + reordered frames, which the stream now tells, + work surfaces),
-  //! as many as NVDEC's limit leaves.
+  //! CUDA frames when NVDEC decodes into a layout the ops read; else the software format (for
+  //! NVDEC, a layout the ops do not read: it copies its frames into host memory, and the source
+  //! reports NVDEC given up). Counts the decoder's set-ups: calls for a new coded size or format
+  //! (NVDEC's decoder asks once as it opens and again for each sequence it sets up).
   AVPixelFormat choose_format(AVCodecContext& c, const AVPixelFormat* formats) noexcept {
-    format_choices.fetch_add(1, std::memory_order_relaxed);
+    if (const auto shape = std::make_tuple(c.coded_width, c.coded_height, c.sw_pix_fmt); shape != last_shape) {
+      last_shape = shape;
+      format_choices.fetch_add(1, std::memory_order_relaxed);
+    }
     bool cuda = false;
     AVPixelFormat software = AV_PIX_FMT_NONE;
     for (const AVPixelFormat* f = formats; *f != AV_PIX_FMT_NONE; ++f) {
@@ -327,21 +344,13 @@ struct VideoSource::Impl {
       }
     }
     if (!nvdec_wanted) return software;
-    if (cuda && nvdec_format(c.sw_pix_fmt)) {
-      nvdec_chosen = true;
-      const int own = std::max(c.refs, 1) + std::max(c.has_b_frames, 0) + kNvdecWorkSurfaces;
-      c.extra_hw_frames = std::clamp(opts.held_frames, 0, std::max(0, kNvdecMaxSurfaces - own));
-      return AV_PIX_FMT_CUDA;
-    }
+    if (cuda && nvdec_format(c.sw_pix_fmt)) return AV_PIX_FMT_CUDA;
     const char* profile = avcodec_profile_name(c.codec_id, c.profile);
     const char* sw = av_get_pix_fmt_name(c.sw_pix_fmt);
     std::string why;
     try {
-      const std::string stream =
-          fmt::format("{} {}, {}", avcodec_get_name(c.codec_id), profile ? profile : "profile ?", sw ? sw : "?");
-      why = cuda             ? fmt::format("NVDEC output for {} is not a format the ops read", stream)
-            : nvdec_chosen ? fmt::format("NVDEC failed to set up for this stream ({})", stream)
-                             : fmt::format("NVDEC cannot decode this stream ({})", stream);
+      why = fmt::format("NVDEC output for {} {}, {} is not a format the ops read", avcodec_get_name(c.codec_id),
+                        profile ? profile : "profile ?", sw ? sw : "?");
       if (give_up_nvdec(why)) return software;
     } catch (const std::exception& e) {
       why = e.what();
@@ -600,11 +609,7 @@ FrameInfo VideoSource::frame_info() const { return impl_->info; }
 
 uint64_t VideoSource::decode_errors() const { return impl_->errors.load(std::memory_order_relaxed); }
 
-int VideoSource::decode_surfaces() const {
-  const AVCodecContext* c = impl_->codec.get();
-  if (!c || !c->hw_frames_ctx) return 0;
-  return reinterpret_cast<const AVHWFramesContext*>(c->hw_frames_ctx->data)->initial_pool_size;
-}
+int VideoSource::decode_surfaces() const { return impl_->in_use == DecoderKind::Nvdec ? impl_->surfaces : 0; }
 
 int VideoSource::decoder_setups() const { return impl_->format_choices.load(std::memory_order_relaxed); }
 
@@ -646,7 +651,6 @@ DecodeOptions decode_options(const PipelineSpec& spec, const DeviceSpec& device,
   const int slots = spec.pool_frames > 0 ? spec.pool_frames
                                          : default_pool_frames(spec.queue_depth, decode.threads, frame_threads);
   decode.pool = FramePool::create(slots, decode.cuda_device);
-  decode.held_frames = spec.queue_depth + kFramesHeldBeyondQueue;
   return decode;
 }
 

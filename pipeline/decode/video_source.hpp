@@ -1,7 +1,7 @@
 #pragma once
 //! A file or RTSP video source decoded with FFmpeg (libavformat + libavcodec): in software, into
-//! a frame pool's slots when given one, or on the GPU with NVDEC (FFmpeg's cuda hwaccel on the
-//! device's shared primary context; frames stay in device memory). One thread calls open(),
+//! a frame pool's slots when given one, or on the GPU with NVDEC (FFmpeg's <codec>_cuvid decoders
+//! on the device's shared primary context; frames stay in device memory). One thread calls open(),
 //! read() and frame_info(); interrupt(), decoder() and decode_errors() may be called from any
 //! thread. FFmpeg types stay inside the .cpp.
 #include <atomic>
@@ -33,15 +33,6 @@ struct DecodeOptions {
   //! When set, called as the decoder opens (after the container's probing) for its thread count
   //! instead of `threads`: e.g. a share of the cores among the pipelines alive by then.
   std::function<int()> threads_at_open;
-  //! NVDEC: the CUDA stream (cudaStream_t) its frames are copied on, kept alive by the decoder and
-  //! its frames; a pipeline gives its executor's, so stream order alone puts each frame's copy
-  //! before the kernels that read it. Null: the legacy default stream (FFmpeg's default).
-  std::shared_ptr<CUstream_st> cuda_stream;
-  //! NVDEC: decoded frames the consumer may hold at once (queued, in flight, kept). Each keeps one
-  //! of the decoder's surfaces until released, so the decoder gets this many beyond the ones it
-  //! needs itself (FFmpeg's extra_hw_frames), up to NVDEC's 32 in all; too few and decoding fails
-  //! ("No decoder surfaces left"). Each costs a decode surface and a frame (~6 MiB at 1080p).
-  int held_frames = 0;
   //! Called (on a decoder thread) when `auto` gives NVDEC up for software, with the reason.
   std::function<void(const std::string& reason)> on_fallback;
 };
@@ -69,9 +60,7 @@ class DecoderShare {
 //! How a pipeline's source decodes on its device: `spec.decoder`, the device's CUDA index (-1 on
 //! the CPU), shared_decoder_threads(`software_decoders`) for files decoded in software (live
 //! sources: FFmpeg's slice threads), a frame pool of `spec.pool_frames` slots (0: the default
-//! size for its queue, source kind and threads), and held_frames for its queue and
-//! kFramesHeldBeyondQueue (a batch group member's runner adds the group's). Callbacks stay unset
-//! for the caller.
+//! size for its queue, source kind and threads). Callbacks stay unset for the caller.
 DecodeOptions decode_options(const PipelineSpec& spec, const DeviceSpec& device, int software_decoders = 1);
 
 //! Whether a pipeline of `spec` on `device` decodes a file in software with frame threads (one of
@@ -118,11 +107,12 @@ class VideoSource {
   FrameInfo frame_info() const;
   //! Packets or frames the decoder rejected so far.
   uint64_t decode_errors() const;
-  //! NVDEC: the decode surfaces of the current stream (its frames context's pool size), after the
-  //! first frame; 0 in software. Same thread as read().
+  //! NVDEC: the decode surfaces asked for the stream (after open(); 0: FFmpeg's default); 0 in
+  //! software. Same thread as read().
   int decode_surfaces() const;
-  //! Times the decoder set itself up for the stream so far (FFmpeg's get_format: once at the first
-  //! frame, again on a mid-stream change or an NVDEC fallback; a loop does not count). Thread-safe.
+  //! Times the decoder set itself up for a new coded size or format so far (FFmpeg's get_format:
+  //! software, once at the first frame; NVDEC, once as it opens and once per sequence; again on a
+  //! mid-stream change; a loop does not count). Thread-safe.
   int decoder_setups() const;
   //! The decoder's threads (after open(); FFmpeg's own count where it chose). Same thread as read().
   int decoder_threads() const;

@@ -86,8 +86,7 @@ CudaExecutor::CudaExecutor(int index, CudaEngineOptions options) : device_(index
   cudaDeviceProp prop{};
   cuda::check(cudaGetDeviceProperties(&prop, device_), "cudaGetDeviceProperties");
   device_name_ = prop.name;
-  if (!options_.frames_stream) own_stream_ = cuda::make_stream();
-  stream_ = options_.frames_stream ? options_.frames_stream : own_stream_.get();
+  stream_ = cuda::make_stream();
 }
 
 CudaExecutor::~CudaExecutor() { drain(); }
@@ -299,7 +298,7 @@ void CudaExecutor::submit(std::span<const ops::ImageView> frames, std::span<cons
   slot.batch = static_cast<int>(frames.size());
   slot.owners.assign(owners.begin(), owners.end());
 
-  if (device_frames && !options_.frames_stream) {   // FFmpeg's shared NVDEC context copies on the legacy stream
+  if (device_frames) {   // NVDEC decoders copy their frames on the legacy stream
     cuda::check(cudaEventRecord(slot.input_ready, cudaStreamLegacy), "cudaEventRecord");
     cuda::check(cudaStreamWaitEvent(stream_, slot.input_ready, 0), "wait for the decoder's copies");
   }

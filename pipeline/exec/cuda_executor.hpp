@@ -20,18 +20,14 @@
 //! variation (frame pointers, upload sources) reaches the graph through pinned parameter blocks
 //! its kernels read when they run, and `ready` is an event record node. Without graphs the same
 //! iteration is enqueued call by call.
-//! Ordering: iterations run in submission order on one non-blocking stream (control's state
-//! carries from frame to frame). Device frames written on that stream (options.frames_stream: a
-//! pipeline's NVDEC decoder copies its frames there) are ordered by the stream alone, with no
-//! event: a submit makes the launch and one query (release of completed frames). Otherwise a batch
-//! with Device frames first waits for an event
-//! recorded on the legacy default stream, where FFmpeg's shared NVDEC context copies its frames:
-//! two calls besides the launch, ~2 us of host time (a blocking stream, which waits for the legacy
-//! stream by itself, measured no cheaper per submit on the H200 and makes the decoders' copies wait
-//! for every iteration; the measurements behind these choices: tests/bench/RESULTS.md). Host
-//! (pageable) frames are copied by cudaMemcpy2DAsync on the stream before the launch. Graphs are
-//! captured on another stream (one per device, shared), so that a decoder's copies on the
-//! iterations' stream never land in a capture.
+//! Ordering: iterations run in submission order on one non-blocking stream of the executor's own
+//! (control's state carries from frame to frame). A batch with Device frames first waits for an
+//! event recorded on the legacy default stream, where NVDEC decoders map and copy their frames
+//! (video_source.cpp): two calls besides the launch, ~1 us of host time (a blocking stream, which
+//! waits for the legacy stream by itself, measured no cheaper per submit on the H200 and makes the
+//! decoders' copies wait for every iteration; tests/bench/RESULTS.md). Host (pageable) frames are
+//! copied by cudaMemcpy2DAsync on the stream before the launch. Graphs are captured on another
+//! stream (one per device, shared).
 //! The host waits only for the oldest slot's `ready`, in complete(); never for the whole device. It
 //! polls (yielding, then sleeping 20 us between queries): a blocking-sync `ready` cost more host
 //! time per submit than the polls it saves.
@@ -54,12 +50,6 @@ struct CudaEngineOptions {
   //! Keep the event times of the last completed iteration (last_times()) and report
   //! Completion::device_seconds: two more event nodes per iteration, for benchmarks.
   bool record_times = false;
-  //! The stream the pipeline's decoder writes its Device frames on (NVDEC's copies: its
-  //! DecodeOptions::cuda_stream), owned by the caller and alive as long as the executor: the
-  //! iterations run on it, so stream order alone puts each frame's copy before the kernels that
-  //! read it. Null: a stream of the executor's own, and Device frames are waited for on the legacy
-  //! default stream with an event per batch.
-  cudaStream_t frames_stream = nullptr;
 };
 
 //! Device-clock times of one iteration, milliseconds since the executor's last setup().
@@ -168,8 +158,7 @@ class CudaExecutor final : public Executor {
   //! iteration n's kernel) measured slower on the H200: both move their bytes over PCIe (the upload
   //! reads pinned frames, the kernel writes pinned outputs), so executor throughput fell 21 % and
   //! latency grew 2.4x (tests/bench/RESULTS.md).
-  cuda::Stream own_stream_;                 //!< without options_.frames_stream
-  cudaStream_t stream_ = nullptr;           //!< options_.frames_stream, else own_stream_
+  cuda::Stream stream_;                     //!< the iterations' stream
   cuda::Event epoch_;                       //!< recorded at setup: the origin of IterationTimes
   std::vector<Slot> ring_;
   size_t oldest_ = 0;                       //!< ring index of the oldest iteration in flight

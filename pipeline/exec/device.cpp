@@ -65,34 +65,9 @@ DeviceSpec resolve_device(const DeviceSpec& want, const CudaProbe& probe) {
   return want;
 }
 
-std::shared_ptr<CUstream_st> make_frames_stream(const DeviceSpec& device) {
+std::unique_ptr<Executor> make_executor(const DeviceSpec& device, int cpu_threads) {
 #if FRAMEFUSE_HAVE_CUDA
-  if (device.kind == DeviceKind::Cuda) {
-    int previous = 0;
-    if (cudaGetDevice(&previous) != cudaSuccess) previous = device.index;
-    if (cudaSetDevice(device.index) != cudaSuccess) {
-      cudaGetLastError();
-      throw DeviceError(fmt::format("cuda:{}: cannot make a stream current", device.index));
-    }
-    cudaStream_t s{};
-    const cudaError_t err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-    cudaSetDevice(previous);
-    if (err != cudaSuccess) throw DeviceError(fmt::format("cuda:{}: cudaStreamCreate: {}", device.index,
-                                                          cudaGetErrorString(err)));
-    return std::shared_ptr<CUstream_st>(s, [](cudaStream_t p) { cudaStreamDestroy(p); });
-  }
-#else
-  (void)device;
-#endif
-  return nullptr;
-}
-
-std::unique_ptr<Executor> make_executor(const DeviceSpec& device, int cpu_threads, CUstream_st* frames_stream) {
-#if FRAMEFUSE_HAVE_CUDA
-  if (device.kind == DeviceKind::Cuda)
-    return std::make_unique<CudaExecutor>(device.index, CudaEngineOptions{.frames_stream = frames_stream});
-#else
-  (void)frames_stream;
+  if (device.kind == DeviceKind::Cuda) return std::make_unique<CudaExecutor>(device.index);
 #endif
   if (device.kind == DeviceKind::Cuda) throw DeviceError("this build has no CUDA backend");
   return make_cpu_executor(cpu_threads);

@@ -9,7 +9,6 @@
 #include "pipeline/exec/executor.hpp"
 #include "pipeline/spec.hpp"
 
-struct CUstream_st;   // cudaStream_t
 
 namespace framefuse {
 
@@ -38,15 +37,8 @@ std::vector<GpuMemory> gpu_memory(std::span<const int32_t> devices);
 //! Throws DeviceError when Cuda is requested but not available.
 DeviceSpec resolve_device(const DeviceSpec& want, const CudaProbe& probe);
 
-//! A new non-blocking CUDA stream of a resolved CUDA `device`, destroyed with the last owner: the
-//! stream a pipeline's decoder copies its NVDEC frames on (DecodeOptions::cuda_stream) and its
-//! executor runs on (make_executor's `frames_stream`). Null for the CPU, or without CUDA.
-std::shared_ptr<CUstream_st> make_frames_stream(const DeviceSpec& device);
-
-//! An executor for a resolved device. `cpu_threads` 0 = all hardware threads. CUDA:
-//! `frames_stream` (may be null) is CudaEngineOptions::frames_stream; the caller keeps it alive.
-std::unique_ptr<Executor> make_executor(const DeviceSpec& device, int cpu_threads = 0,
-                                        CUstream_st* frames_stream = nullptr);
+//! An executor for a resolved device. `cpu_threads` 0 = all hardware threads.
+std::unique_ptr<Executor> make_executor(const DeviceSpec& device, int cpu_threads = 0);
 
 //! "cpu", "cuda:0"
 std::string to_string(const DeviceSpec& d);

@@ -324,10 +324,6 @@ void BatchGroup::Shared::drop_in_flight(const std::string& error) {
 
 // ---- the group ----
 
-int BatchGroup::frames_held() const {
-  return static_cast<int>(shared_->capacity) + kExecutorRing * spec_.max_batch;
-}
-
 BatchGroup::BatchGroup(BatchGroupSpec spec, DeviceSpec device, int cpu_threads)
     : spec_(std::move(spec)), device_(device) {
   if (spec_.max_batch < 1 || spec_.max_batch > kMaxBatch)

@@ -79,9 +79,6 @@ class BatchGroup {
   void stop();
 
   const BatchGroupSpec& spec() const { return spec_; }
-  //! Frames of one member the group may hold at once: its whole queue, and max_batch for each of
-  //! the kExecutorRing batches its executor keeps in flight.
-  int frames_held() const;
   const DeviceSpec& device() const { return device_; }
   BatchGroupSnapshot snapshot() const;
 

@@ -115,7 +115,6 @@ void PipelineRunner::start() {
   // Decode buffers, shared by every (re)connection: software frames decode into the pool's slots
   // (pinned on CUDA devices). When it runs dry, files wait and live sources drop the oldest frame.
   DecodeOptions decode = decode_options(spec_, device_);
-  if (group_) decode.held_frames += group_->frames_held();
   if (live) {
     decode.pool->set_drop_oldest([this] {
       if (!impl_->queue.drop_oldest()) return false;
@@ -123,16 +122,6 @@ void PipelineRunner::start() {
       return true;
     });
   }
-  // A pipeline's own executor runs on the stream its NVDEC decoder copies frames on: stream order
-  // alone puts each copy before the kernels (no event per frame). A batch group's executor reads
-  // frames of many decoders, which copy on the legacy default stream; software decoders have none.
-  std::shared_ptr<CUstream_st> frames_stream;
-  try {
-    if (!group_ && spec_.decoder != DecoderKind::Cpu) frames_stream = make_frames_stream(device_);
-  } catch (const DeviceError&) {
-    // the executor meets the device's failure in the process thread and reports it there
-  }
-  decode.cuda_stream = frames_stream;
   stats_.pool_capacity.store(decode.pool->capacity(), std::memory_order_relaxed);
   // The pool is sized for FFmpeg's thread count (an upper bound: slots are made on first use); each
   // (re)opened decoder takes the share of the cores among the runners alive by then, so that
@@ -284,7 +273,7 @@ void PipelineRunner::start() {
   // max_in_flight() frames are in flight while more are queued; when the queue is empty the oldest
   // completes at once, so an idle pipeline holds no outputs back. A re-setup drains first. Frames
   // already queued at stop are drained, then sinks flushed.
-  impl_->process_thread = std::jthread([this, decode_pool = decode.pool, frames_stream] {
+  impl_->process_thread = std::jthread([this, decode_pool = decode.pool] {
     struct Submitted {
       int64_t index;
       Clock::time_point decoded_at;
@@ -312,7 +301,7 @@ void PipelineRunner::start() {
       stats_.observe_frame(f.decoded_at, f.call, done.device_seconds);
     };
     try {
-      executor = make_executor(device_, cpu_threads_, frames_stream.get());
+      executor = make_executor(device_, cpu_threads_);
       while (true) {
         std::optional<DecodedFrame> frame = in_flight.empty() ? impl_->queue.pop() : impl_->queue.try_pop();
         if (!frame) {

@@ -258,16 +258,14 @@ TEST(Engine, PinnedUploadsMatchTheCpuWithAlignedAndUnalignedRows) {
   }
 }
 
-TEST(Engine, DeviceFramesWrittenOnTheFramesStreamAreReadAfterTheWrite) {
-  // As a pipeline's NVDEC decoder does: each frame is written on the executor's frames stream
-  // (asynchronously, from pinned memory, over planes poisoned beforehand) and submitted at once,
-  // with no event and no host wait: stream order alone must put the write before the kernels.
+TEST(Engine, DeviceFramesWrittenOnTheLegacyStreamAreReadAfterTheWrite) {
+  // As NVDEC decoders do: each frame is written on the legacy default stream (asynchronously, from
+  // pinned memory, over planes poisoned beforehand) and submitted at once, with no host wait: the
+  // executor's event on the legacy stream must put the write before the kernels.
   const Frames f = make_frames();
   const auto plans = plans_for(f.info);
   const ops::ColorParams color = make_color_params(ColorSpec{}, f.info);
   const EngineRun ref = cpu_reference(f, color, plans);
-  const std::shared_ptr<CUstream_st> stream = make_frames_stream(DeviceSpec{DeviceKind::Cuda, 0});
-  ASSERT_TRUE(stream);
   for (const bool graphs : {true, false}) {
     SCOPED_TRACE(graphs ? "graphs" : "stream launches");
     std::vector<DeviceImage> frames;
@@ -276,7 +274,7 @@ TEST(Engine, DeviceFramesWrittenOnTheFramesStreamAreReadAfterTheWrite) {
       for (const auto& plane : frames.back().planes)
         cuda::check(cudaMemset(plane.as(), 0xA5, plane.size()), "test: poison the frame");
     }
-    CudaExecutor gpu(0, {.in_flight = 2, .graphs = graphs, .frames_stream = stream.get()});
+    CudaExecutor gpu(0, {.in_flight = 2, .graphs = graphs});
     gpu.setup(f.info, color, plans, 1);
     std::vector<Outputs> got;
     const auto complete_one = [&] {
@@ -291,8 +289,8 @@ TEST(Engine, DeviceFramesWrittenOnTheFramesStreamAreReadAfterTheWrite) {
       for (int p = 0; p < ops::plane_count(f.info.format); ++p) {
         const auto shape = ops::plane_shape(f.info.format, f.info.width, f.info.height, p);
         cuda::check(cudaMemcpy2DAsync(const_cast<uint8_t*>(dst.data[p]), dst.pitch[p], src.data[p], src.pitch[p],
-                                      shape.row_bytes, shape.rows, cudaMemcpyHostToDevice, stream.get()),
-                    "test: write the frame on the frames stream");
+                                      shape.row_bytes, shape.rows, cudaMemcpyHostToDevice, cudaStreamLegacy),
+                    "test: write the frame on the legacy stream");
       }
       gpu.submit({&dst, 1}, {&kDevice, 1}, {});
     }

@@ -235,14 +235,6 @@ TEST_F(BatchGroupTest, BatchesFillToMaxBatchWhenFramesAreReady) {
   for (auto& m : members) m->expect_outputs_as_alone();
 }
 
-TEST_F(BatchGroupTest, FramesHeldCoverTheQueueAndTheBatchesInFlight) {
-  // What a member's NVDEC decoder gets surfaces for (PipelineRunner adds it to its own).
-  BatchGroup automatic(group_spec(8, 1ms), kCpu, 1);
-  EXPECT_EQ(automatic.frames_held(), 2 * 8 + kExecutorRing * 8) << "queue_depth auto = 2 x max_batch";
-  BatchGroup sized(group_spec(4, 1ms, 10), kCpu, 1);
-  EXPECT_EQ(sized.frames_held(), 10 + kExecutorRing * 4);
-}
-
 TEST_F(BatchGroupTest, ALoneFrameLeavesAfterMaxWait) {
   constexpr auto kWait = 60ms;
   BatchGroup group(group_spec(8, kWait), kCpu, 1);

@@ -1,0 +1,18 @@
+#pragma once
+//! What a decoder must keep of an H.264 or HEVC stream, read from its sequence parameter set
+//! before any frame is decoded, so NVDEC can be given as few decode surfaces as the stream needs.
+#include <cstdint>
+#include <span>
+
+namespace framefuse {
+
+enum class SpsCodec { H264, Hevc };
+
+//! Frames the stream's decoded picture buffer may hold, from the first sequence parameter set in
+//! `extradata` (an avcC / hvcC record, or Annex B NAL units with start codes): H.264
+//! max_num_ref_frames (frames kept only for output reordering come on top); HEVC
+//! sps_max_dec_pic_buffering_minus1 + 1 of the highest sub-layer (reordering included). -1 when
+//! there is no parameter set or it cannot be read.
+int dpb_frames(SpsCodec codec, std::span<const uint8_t> extradata);
+
+}  // namespace framefuse

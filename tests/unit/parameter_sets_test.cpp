@@ -1,0 +1,124 @@
+// dpb_frames() against FFmpeg's own parameter-set parser (the trace_headers bitstream filter, an
+// independent reading of the same bits), on clips libx264 / libx265 encode at test time with the
+// reference and B-frame counts of the table, in each container's form of the parameter sets
+// (avcC / hvcC records in MP4, Annex B in MPEG-TS and raw streams).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <memory>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include <spdlog/fmt/fmt.h>
+
+#include "pipeline/decode/parameter_sets.hpp"
+#include "tests/support/media_fixtures.hpp"
+
+extern "C" {
+#include <libavformat/avformat.h>
+}
+
+namespace framefuse {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Case {
+  SpsCodec codec;
+  const char* encoder_params;   //!< -x264-params / -x265-params
+  const char* extension;        //!< the container
+};
+
+std::string name_of(const Case& c) {
+  return fmt::format("{} {} .{}", c.codec == SpsCodec::H264 ? "h264" : "hevc", c.encoder_params, c.extension);
+}
+
+//! stderr of the ffmpeg CLI with `args`.
+std::string ffmpeg_output(const std::string& args) {
+  const std::string cmd = "ffmpeg -hide_banner -nostdin " + args + " 2>&1";
+  std::unique_ptr<FILE, int (*)(FILE*)> p(popen(cmd.c_str(), "r"), &pclose);
+  std::string out;
+  char buf[4096];
+  while (p && fgets(buf, sizeof buf, p.get())) out += buf;
+  return out;
+}
+
+//! The DPB frames FFmpeg's trace_headers reads in `clip`'s first SPS: H.264 max_num_ref_frames;
+//! HEVC the highest sub-layer's sps_max_dec_pic_buffering_minus1 + 1. -1 if not found.
+int traced_dpb_frames(const fs::path& clip, SpsCodec codec) {
+  const std::string trace = ffmpeg_output(fmt::format("-i {} -c copy -bsf:v trace_headers -f null -", clip.string()));
+  const std::regex field(codec == SpsCodec::H264 ? R"(\bmax_num_ref_frames\s+[01]+ = (\d+))"
+                                                 : R"(\bsps_max_dec_pic_buffering_minus1\[(\d+)\]\s+[01]+ = (\d+))");
+  int found = -1, layer = -1;
+  for (std::sregex_iterator it(trace.begin(), trace.end(), field), end; it != end; ++it) {
+    if (codec == SpsCodec::H264) return std::stoi((*it)[1]);
+    const int l = std::stoi((*it)[1]);
+    if (l <= layer) break;   // the next SPS begins
+    layer = l;
+    found = std::stoi((*it)[2]) + 1;
+  }
+  return found;
+}
+
+//! The extradata libavformat gives the decoder for `clip`'s video stream.
+std::vector<uint8_t> extradata_of(const fs::path& clip) {
+  AVFormatContext* ctx = nullptr;
+  if (avformat_open_input(&ctx, clip.c_str(), nullptr, nullptr) < 0) return {};
+  std::vector<uint8_t> out;
+  if (avformat_find_stream_info(ctx, nullptr) >= 0) {
+    const int s = av_find_best_stream(ctx, AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
+    if (s >= 0) {
+      const AVCodecParameters* par = ctx->streams[s]->codecpar;
+      out.assign(par->extradata, par->extradata + par->extradata_size);
+    }
+  }
+  avformat_close_input(&ctx);
+  return out;
+}
+
+class ParameterSets : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ParameterSets, DpbFramesEqualFfmpegsReading) {
+  if (!test::have_ffmpeg()) GTEST_SKIP() << "no ffmpeg CLI";
+  const Case& c = GetParam();
+  test::TempDir dir("framefuse_sps");
+  const fs::path clip = dir.path / fmt::format("clip.{}", c.extension);
+  const bool h264 = c.codec == SpsCodec::H264;
+  test::ffmpeg(fmt::format("-f lavfi -i testsrc2=size=208x120:rate=10 -frames:v 8 -c:v {} -{}-params {}{} {}",
+                           h264 ? "libx264" : "libx265", h264 ? "x264" : "x265", c.encoder_params,
+                           h264 ? "" : ":log-level=error", clip.string()));
+  const int expected = traced_dpb_frames(clip, c.codec);
+  ASSERT_GT(expected, 0) << "trace_headers found no SPS in " << name_of(c);
+  const std::vector<uint8_t> extradata = extradata_of(clip);
+  ASSERT_FALSE(extradata.empty()) << name_of(c);
+  EXPECT_EQ(dpb_frames(c.codec, extradata), expected) << name_of(c);
+
+  // Cut short anywhere: never read past the end, never a made-up count.
+  for (size_t n = 0; n < extradata.size(); n += 3) {
+    const int got = dpb_frames(c.codec, std::span(extradata).first(n));
+    EXPECT_TRUE(got == -1 || got == expected) << name_of(c) << " cut at " << n << " bytes: " << got;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Clips, ParameterSets,
+    ::testing::Values(Case{SpsCodec::H264, "ref=1:bframes=0", "mp4"},            // a typical camera: POC type 2
+                      Case{SpsCodec::H264, "ref=3:bframes=2", "ts"},             // Annex B, POC type 0
+                      Case{SpsCodec::H264, "ref=5:bframes=3:b-pyramid=normal", "h264"},
+                      Case{SpsCodec::H264, "ref=2:bframes=0:cabac=0:8x8dct=0", "mkv"},   // no High tools
+                      Case{SpsCodec::H264, "ref=4:bframes=1:cqm=jvt", "mp4"},   // High, scaling lists in the PPS
+                      Case{SpsCodec::Hevc, "ref=3:bframes=2", "mp4"},            // hvcC
+                      Case{SpsCodec::Hevc, "ref=1:bframes=0", "hevc"},
+                      Case{SpsCodec::Hevc, "ref=4:bframes=4", "ts"}),
+    [](const ::testing::TestParamInfo<Case>& info) { return fmt::format("case{}", info.index); });
+
+TEST(ParameterSetsEdge, NothingToReadGivesMinusOne) {
+  EXPECT_EQ(dpb_frames(SpsCodec::H264, {}), -1);
+  const std::vector<uint8_t> pps_only{0, 0, 0, 1, 0x68, 0xce, 0x3c, 0x80};   // an H.264 PPS, no SPS
+  EXPECT_EQ(dpb_frames(SpsCodec::H264, pps_only), -1);
+  EXPECT_EQ(dpb_frames(SpsCodec::Hevc, pps_only), -1);
+}
+
+}  // namespace
+}  // namespace framefuse
