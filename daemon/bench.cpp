@@ -440,7 +440,7 @@ std::vector<SubmitPart> submit_parts(const DeviceSpec& device) {
   int current = 0;
   return {
       {"cudaGetDevice", per_call([&] { cuda::check(cudaGetDevice(&current), "cudaGetDevice"); })},
-      {"cudaEventRecord, legacy stream (NVDEC frames)",
+      {"cudaEventRecord, legacy stream",
        per_call([&] { cuda::check(cudaEventRecord(plain, cudaStreamLegacy), "cudaEventRecord"); })},
       {"cudaEventRecord, non-blocking stream", per_call([&] { cuda::check(cudaEventRecord(plain, stream), "r"); })},
       {"cudaStreamWaitEvent", per_call([&] { cuda::check(cudaStreamWaitEvent(stream, waited, 0), "wait"); })},

@@ -38,8 +38,9 @@ std::string cu_error(const CudaFunctions& cu, CUresult r) {
 //! default scheduling flags ("Primary context already active with incompatible flags"), which
 //! depends on whether an executor or a decoder touched the device first. A context given to
 //! FFmpeg this way is used as it is and never released by FFmpeg.
+CudaFunctions* cu = nullptr;   //!< the driver, loaded by the first retain_primary_context() and kept
+
 CUcontext retain_primary_context(int index) {
-  static CudaFunctions* cu = nullptr;   // loaded once, kept (the contexts need it)
   if (!cu && cuda_load_functions(&cu, nullptr) < 0) throw std::runtime_error("no NVIDIA driver (libcuda.so.1 not loadable)");
   CUresult r = cu->cuInit(0);
   if (r != CUDA_SUCCESS) throw std::runtime_error(fmt::format("cuInit: {}", cu_error(*cu, r)));
@@ -63,6 +64,27 @@ AVBufferRef* create_device(CUcontext ctx) {
     throw std::runtime_error(fmt::format("FFmpeg CUDA device: {}", av_error(err)));
   }
   return ref;
+}
+
+//! The shared context of device `index` (cuda_decode_device's).
+CUcontext shared_context(int index) {
+  AVBufferRef* ref = cuda_decode_device(index);
+  const CUcontext ctx =
+      static_cast<const AVCUDADeviceContext*>(reinterpret_cast<const AVHWDeviceContext*>(ref->data)->hwctx)->cuda_ctx;
+  av_buffer_unref(&ref);   // the shared device itself lives on
+  return ctx;
+}
+
+//! Runs fn() with `ctx` current on this thread; a failing CUresult becomes MediaError naming `what`.
+template <class Fn>
+void in_context(int index, CUcontext ctx, const char* what, Fn&& fn) {
+  CUresult r = cu->cuCtxPushCurrent(ctx);
+  if (r == CUDA_SUCCESS) {
+    r = fn();
+    CUcontext popped = nullptr;
+    cu->cuCtxPopCurrent(&popped);
+  }
+  if (r != CUDA_SUCCESS) throw MediaError(fmt::format("CUDA device {}: {}: {}", index, what, cu_error(*cu, r)));
 }
 
 }  // namespace
@@ -91,5 +113,27 @@ AVBufferRef* cuda_decode_device(int index) {
                                index));
 #endif
 }
+
+#if FRAMEFUSE_HAVE_FFNVCODEC
+LegacyStreamFence::LegacyStreamFence(int index) : index_(index), ctx_(shared_context(index)) {
+  in_context(index_, ctx_, "cuEventCreate",
+             [&] { return cu->cuEventCreate(&event_, CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC); });
+}
+
+LegacyStreamFence::~LegacyStreamFence() {
+  if (event_) cu->cuEventDestroy(event_);
+}
+
+void LegacyStreamFence::wait() {
+  in_context(index_, ctx_, "waiting for the decoder's copies", [&] {
+    const CUresult r = cu->cuEventRecord(event_, nullptr);   // null: the legacy default stream
+    return r == CUDA_SUCCESS ? cu->cuEventSynchronize(event_) : r;
+  });
+}
+#else
+LegacyStreamFence::LegacyStreamFence(int index) : index_(index) { cuda_decode_device(index); }
+LegacyStreamFence::~LegacyStreamFence() = default;
+void LegacyStreamFence::wait() {}
+#endif
 
 }  // namespace framefuse

@@ -4,6 +4,8 @@
 //! context of its own costs a stream hundreds of MiB, and its surfaces could not be read by
 //! kernels in another context). Thread-safe.
 struct AVBufferRef;
+struct CUctx_st;     // CUcontext
+struct CUevent_st;   // CUevent / cudaEvent_t
 
 namespace framefuse {
 
@@ -15,5 +17,29 @@ namespace framefuse {
 //! hosts without one work, and get the error. Throws MediaError("cannot use CUDA device N for
 //! NVDEC: <reason>").
 AVBufferRef* cuda_decode_device(int index);
+
+//! A host wait for the work queued so far on the legacy default stream of device `index`'s shared
+//! context, where NVDEC decoders map and copy their frames: a decoder's thread waits after each
+//! frame, so its frames reach executors as finished device memory. (Each pipeline's submit
+//! recording an event on the legacy stream instead made `cudaGraphLaunch` block: p99 decode ->
+//! output <= 20 ms at 51 live streams on the H200, against <= 5 ms with this wait; tests/bench/
+//! RESULTS.md, session 9.) A blocking-sync event: the thread sleeps. One thread at a time.
+class LegacyStreamFence {
+ public:
+  //! Throws MediaError as cuda_decode_device() does.
+  explicit LegacyStreamFence(int index);
+  ~LegacyStreamFence();
+  LegacyStreamFence(const LegacyStreamFence&) = delete;
+  LegacyStreamFence& operator=(const LegacyStreamFence&) = delete;
+
+  //! Returns once everything queued on the legacy stream before the call has run. Throws
+  //! MediaError when the device reports an error.
+  void wait();
+
+ private:
+  int index_;
+  CUctx_st* ctx_ = nullptr;
+  CUevent_st* event_ = nullptr;
+};
 
 }  // namespace framefuse

@@ -127,6 +127,7 @@ struct VideoSource::Impl {
   std::atomic<int> format_choices{0};      //!< decoder set-ups (choose_format)
   std::tuple<int, int, AVPixelFormat> last_shape{0, 0, AV_PIX_FMT_NONE};   //!< of the last set-up (get_format only)
   int surfaces = 0;                        //!< NVDEC decode surfaces asked for (0: FFmpeg's default)
+  std::unique_ptr<LegacyStreamFence> copies;   //!< NVDEC: waits for a frame's copy before read() returns it
   std::mutex fatal_mu;
   std::string fatal;
 
@@ -270,9 +271,10 @@ struct VideoSource::Impl {
   //! Opens FFmpeg's NVDEC decoder for the stream (<codec>_cuvid) on the GPU's shared CUDA context:
   //! NVIDIA's parser keeps the reference frames in as few decode surfaces as the stream needs
   //! (nvdec_surfaces), and each output frame is copied, on the legacy default stream, into a frame of
-  //! a pool that grows with the frames the pipeline holds. (FFmpeg 5.1's NVDEC hwaccel instead hands
-  //! out its surfaces, each held frame keeping a decode and an output surface: twice the memory
-  //! and at most NVDEC's 32 surfaces in all.) Returns why it cannot be used, empty on success.
+  //! a pool that grows with the frames the pipeline holds; read() returns it once the copy is done
+  //! (`copies`). (FFmpeg 5.1's NVDEC hwaccel instead hands out its surfaces, each held frame
+  //! keeping a decode and an output surface: twice the memory and at most NVDEC's 32 surfaces in
+  //! all.) Returns why it cannot be used, empty on success.
   std::string open_nvdec(const AVStream& st) {
     if (opts.cuda_device < 0) return "this pipeline runs on the cpu";
     nvdec_wanted = true;
@@ -283,6 +285,7 @@ struct VideoSource::Impl {
     try {
       new_context(*dec, st);
       codec->hw_device_ctx = cuda_decode_device(opts.cuda_device);
+      copies = std::make_unique<LegacyStreamFence>(opts.cuda_device);
     } catch (const MediaError& e) {
       codec.reset();
       return e.what();
@@ -508,6 +511,7 @@ struct VideoSource::Impl {
       info.format = sw == AV_PIX_FMT_NV12 ? ops::PixelFormat::Nv12 : ops::PixelFormat::P010;
       d.memory = FrameMemory::Device;
       if (!frame->data[0] || !frame->data[1]) fail("NVDEC returned a frame without surface data");
+      copies->wait();   // its copy, queued on the legacy stream: executors read it as finished memory
       av_frame_move_ref(out.get(), frame.get());
     } else if (const auto direct = direct_format(pix)) {
       info.format = *direct;

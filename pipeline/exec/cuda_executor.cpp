@@ -135,7 +135,6 @@ void CudaExecutor::setup(const FrameInfo& frame, const ops::ColorParams& color, 
   oldest_ = 0;
   const size_t jobs = size_t(ops::plane_count(frame.format)) * size_t(max_batch);
   for (Slot& slot : ring_) {
-    slot.input_ready = make_slot_event(false);
     slot.begun = make_slot_event(true);
     slot.times_input = make_slot_event(true);
     slot.ready = make_slot_event(options_.record_times);
@@ -262,13 +261,11 @@ void CudaExecutor::submit(std::span<const ops::ImageView> frames, std::span<cons
   const int planes = ops::plane_count(frame_.format);
   auto* const jobs = slot.uploads.as<UploadJob>();
   slot.uploaded = false;
-  bool device_frames = false;
   for (size_t b = 0; b < frames.size(); ++b) {
     UploadJob* const job = jobs + b * size_t(planes);
     for (int i = 0; i < planes; ++i) job[i].rows = 0;
     if (memory[b] == FrameMemory::Device) {
       slot.frames[b] = {frames[b], color_};
-      device_frames = true;
       continue;
     }
     // Host and Pinned frames go to frame b of the slot's dev_in, tightly packed.
@@ -298,10 +295,6 @@ void CudaExecutor::submit(std::span<const ops::ImageView> frames, std::span<cons
   slot.batch = static_cast<int>(frames.size());
   slot.owners.assign(owners.begin(), owners.end());
 
-  if (device_frames) {   // NVDEC decoders copy their frames on the legacy stream
-    cuda::check(cudaEventRecord(slot.input_ready, cudaStreamLegacy), "cudaEventRecord");
-    cuda::check(cudaStreamWaitEvent(stream_, slot.input_ready, 0), "wait for the decoder's copies");
-  }
   if (const cuda::CapturedGraph& graph = slot.graphs[frames.size() - 1][slot.uploaded]; graph.exec) {
     cuda::check(cudaGraphLaunch(graph.exec, stream_), "cudaGraphLaunch");
   } else {

@@ -21,11 +21,9 @@
 //! its kernels read when they run, and `ready` is an event record node. Without graphs the same
 //! iteration is enqueued call by call.
 //! Ordering: iterations run in submission order on one non-blocking stream of the executor's own
-//! (control's state carries from frame to frame). A batch with Device frames first waits for an
-//! event recorded on the legacy default stream, where NVDEC decoders map and copy their frames
-//! (video_source.cpp): two calls besides the launch, ~1 us of host time (a blocking stream, which
-//! waits for the legacy stream by itself, measured no cheaper per submit on the H200 and makes the
-//! decoders' copies wait for every iteration; tests/bench/RESULTS.md). Host (pageable) frames are
+//! (control's state carries from frame to frame). Device frames are finished when submitted (an
+//! NVDEC source's thread waits for each frame's copy: LegacyStreamFence), so a submit makes no call
+//! besides the launch and one query (release of completed frames). Host (pageable) frames are
 //! copied by cudaMemcpy2DAsync on the stream before the launch. Graphs are captured on another
 //! stream (one per device, shared).
 //! The host waits only for the oldest slot's `ready`, in complete(); never for the whole device. It
@@ -55,7 +53,7 @@ struct CudaEngineOptions {
 //! Device-clock times of one iteration, milliseconds since the executor's last setup().
 struct IterationTimes {
   bool uploaded = false;           //!< it uploaded frames (else all were Device frames)
-  double input_begin = 0;          //!< the iteration began (Device frames: the decoder's copies were done)
+  double input_begin = 0;          //!< the iteration began
   double input_ready = 0;          //!< uploads done, kernels begin
   double ready = 0;                //!< outputs in host memory
 };
@@ -107,7 +105,6 @@ class CudaExecutor final : public Executor {
 
  private:
   struct Slot {
-    cuda::Event input_ready;                        //!< on the legacy stream: the decoder's copies are done
     cuda::Event begun, times_input;                 //!< with record_times: the iteration began, its upload ended
     //! The outputs are in host_out. A plain event that complete() polls: a blocking-sync one's
     //! record node costs ~1 us more of each launch's host time (the bench's "submit path" lines,

@@ -6,7 +6,8 @@ namespace framefuse {
 
 //! Host: ordinary host memory (a CUDA executor stages it into its own pinned buffer first).
 //! Pinned: page-locked host memory (uploaded by DMA straight from the frame).
-//! Device: CUDA memory of the pipeline's device, e.g. an NVDEC surface (read in place).
+//! Device: CUDA memory of the pipeline's device, e.g. an NVDEC frame (read in place), whose writes
+//! have finished when the frame is handed on.
 enum class FrameMemory : uint8_t { Host, Pinned, Device };
 
 //! Iterations (frames, or batches) an executor keeps submitted and not completed by default: the

@@ -258,50 +258,6 @@ TEST(Engine, PinnedUploadsMatchTheCpuWithAlignedAndUnalignedRows) {
   }
 }
 
-TEST(Engine, DeviceFramesWrittenOnTheLegacyStreamAreReadAfterTheWrite) {
-  // As NVDEC decoders do: each frame is written on the legacy default stream (asynchronously, from
-  // pinned memory, over planes poisoned beforehand) and submitted at once, with no host wait: the
-  // executor's event on the legacy stream must put the write before the kernels.
-  const Frames f = make_frames();
-  const auto plans = plans_for(f.info);
-  const ops::ColorParams color = make_color_params(ColorSpec{}, f.info);
-  const EngineRun ref = cpu_reference(f, color, plans);
-  for (const bool graphs : {true, false}) {
-    SCOPED_TRACE(graphs ? "graphs" : "stream launches");
-    std::vector<DeviceImage> frames;
-    for (int i = 0; i < kFrames; ++i) {
-      frames.push_back(upload(f.host[size_t(i)]));
-      for (const auto& plane : frames.back().planes)
-        cuda::check(cudaMemset(plane.as(), 0xA5, plane.size()), "test: poison the frame");
-    }
-    CudaExecutor gpu(0, {.in_flight = 2, .graphs = graphs});
-    gpu.setup(f.info, color, plans, 1);
-    std::vector<Outputs> got;
-    const auto complete_one = [&] {
-      got.push_back(poisoned_outputs(plans, 1));
-      gpu.complete(pointers(got.back()));
-    };
-    constexpr FrameMemory kDevice = FrameMemory::Device;
-    for (int i = 0; i < kFrames; ++i) {
-      if (gpu.in_flight() == gpu.max_in_flight()) complete_one();
-      const ops::ImageView& src = f.pinned[size_t(i)].view;
-      const ops::ImageView& dst = frames[size_t(i)].view;
-      for (int p = 0; p < ops::plane_count(f.info.format); ++p) {
-        const auto shape = ops::plane_shape(f.info.format, f.info.width, f.info.height, p);
-        cuda::check(cudaMemcpy2DAsync(const_cast<uint8_t*>(dst.data[p]), dst.pitch[p], src.data[p], src.pitch[p],
-                                      shape.row_bytes, shape.rows, cudaMemcpyHostToDevice, cudaStreamLegacy),
-                    "test: write the frame on the legacy stream");
-      }
-      gpu.submit({&dst, 1}, {&kDevice, 1}, {});
-    }
-    while (gpu.in_flight() > 0) complete_one();
-    for (int i = 0; i < kFrames; ++i)
-      for (size_t k = 0; k < plans.size(); ++k)
-        EXPECT_TRUE(matches_cpu(got[size_t(i)][k], ref.outputs[size_t(i)][k], plans[k].params.store.dtype))
-            << "frame " << i << " output " << plans[k].name;
-  }
-}
-
 TEST(Engine, FramesInFlightAtShutdownAreReleased) {
   const Frames f = make_frames();
   const auto plans = plans_for(f.info);

@@ -147,8 +147,8 @@ TEST_F(Nvdec, TensorsMatchSoftwareDecodeThroughTheCudaExecutor) {
 }
 
 TEST_F(Nvdec, FramesSubmittedAsTheyAreReadGiveTheSameTensors) {
-  // As a pipeline runs: each frame is submitted as soon as it is read (two in flight), its copy
-  // on the legacy default stream maybe still pending; against the same frames decoded first and
+  // As a pipeline runs: each frame is submitted as soon as it is read (two in flight), with no
+  // event: read() returned it once its copy was done; against the same frames decoded first and
   // processed in one batch.
   const auto surfaces = decode(clip, nvdec());
   ASSERT_EQ(surfaces.size(), size_t(kFrames));
@@ -162,11 +162,11 @@ TEST_F(Nvdec, FramesSubmittedAsTheyAreReadGiveTheSameTensors) {
     views.push_back(f.view);
     memory.push_back(f.memory);
   }
-  auto legacy = poisoned_outputs(plans, kFrames);
+  auto batch = poisoned_outputs(plans, kFrames);
   {
     CudaExecutor gpu(0);
     gpu.setup(info, make_color_params(ColorSpec{}, info), plans, kFrames);
-    gpu.process_frames(views, memory, pointers(legacy));
+    gpu.process_frames(views, memory, pointers(batch));
   }
 
   SourceSpec spec;
@@ -195,7 +195,7 @@ TEST_F(Nvdec, FramesSubmittedAsTheyAreReadGiveTheSameTensors) {
         << "frame " << b << ": the same pixels";
     for (size_t k = 0; k < plans.size(); ++k) {
       const size_t bytes = plans[k].bytes_per_frame;
-      EXPECT_TRUE(same_bytes(got[size_t(b)][k], std::span(legacy[k]).subspan(size_t(b) * bytes, bytes)))
+      EXPECT_TRUE(same_bytes(got[size_t(b)][k], std::span(batch[k]).subspan(size_t(b) * bytes, bytes)))
           << "frame " << b << " output " << specs[k].name;
     }
   }
