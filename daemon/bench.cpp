@@ -349,8 +349,7 @@ EngineResult engine_run(const DeviceSpec& device, const FrameInfo& info, const P
 }
 
 //! Graph replay vs stream launches of the same iteration, on frames of the clip in device memory
-//! ("device": as NVDEC leaves them, each batch waiting for an event on the legacy default stream)
-//! and in pinned memory (uploaded per frame, as software decoding leaves them).
+//! ("device": as NVDEC sources hand them on, finished) and in pinned memory (uploaded per frame, as software decoding leaves them).
 std::vector<EngineResult> engine_bench(const BenchOptions& o, const DeviceSpec& device, double timer_us) {
   constexpr int kFrames = 8, kIterations = 2000, kTimed = 500;
   PipelineSpec spec = bench_pipeline(o, 0);
@@ -718,7 +717,7 @@ std::string format_bench_table(const BenchResult& r) {
   if (!r.engine.empty()) {
     out += fmt::format("\nexecutor alone ({} iterations, {} in flight, outputs not copied out; submit = thread CPU "
                        "time in submit(); device times from a run with event times; device: frames in GPU memory, "
-                       "waited for on the legacy default stream as NVDEC's are):\n",
+                       "finished, as NVDEC sources hand them on):\n",
                        r.engine.front().iterations, kEngineInFlight);
     out += fmt::format("{:<8}{:<8}{:>14}{:>10}{:>12}{:>12}{:>26}\n", "mode", "frames", "submit us/fr", "fps",
                        "upload us", "kernels us", "latency p50/p99 ms");

@@ -33,13 +33,13 @@ std::string cu_error(const CudaFunctions& cu, CUresult r) {
   return cu.cuGetErrorName(r, &name) == CUDA_SUCCESS && name ? name : fmt::format("CUresult {}", int(r));
 }
 
+CudaFunctions* cu = nullptr;   //!< the driver, loaded by the first retain_primary_context() and kept
+
 //! The device's primary context, retained for the process' life. Not av_hwdevice_ctx_create with
 //! `primary_ctx`: FFmpeg refuses a primary context that the CUDA runtime already activated with its
 //! default scheduling flags ("Primary context already active with incompatible flags"), which
 //! depends on whether an executor or a decoder touched the device first. A context given to
 //! FFmpeg this way is used as it is and never released by FFmpeg.
-CudaFunctions* cu = nullptr;   //!< the driver, loaded by the first retain_primary_context() and kept
-
 CUcontext retain_primary_context(int index) {
   if (!cu && cuda_load_functions(&cu, nullptr) < 0) throw std::runtime_error("no NVIDIA driver (libcuda.so.1 not loadable)");
   CUresult r = cu->cuInit(0);
@@ -131,7 +131,7 @@ void LegacyStreamFence::wait() {
   });
 }
 #else
-LegacyStreamFence::LegacyStreamFence(int index) : index_(index) { cuda_decode_device(index); }
+LegacyStreamFence::LegacyStreamFence(int index) : index_(index) { cuda_decode_device(index); }   // throws: no NVDEC
 LegacyStreamFence::~LegacyStreamFence() = default;
 void LegacyStreamFence::wait() {}
 #endif

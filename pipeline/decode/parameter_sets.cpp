@@ -61,7 +61,8 @@ bool is_sps(SpsCodec codec, uint8_t first_header_byte) {
 
 uint32_t be16(std::span<const uint8_t> d, size_t at) { return (uint32_t(d[at]) << 8) | d[at + 1]; }
 
-//! The first SPS NAL unit of an avcC / hvcC record or of Annex B data; empty if none.
+}  // namespace
+
 std::span<const uint8_t> find_sps(SpsCodec codec, std::span<const uint8_t> d) {
   if (d.size() > 6 && d[0] == 1 && codec == SpsCodec::H264) {   // avcC: the SPS come first
     if ((d[5] & 0x1f) == 0 || d.size() < 8) return {};
@@ -93,6 +94,8 @@ std::span<const uint8_t> find_sps(SpsCodec codec, std::span<const uint8_t> d) {
   }
   return {};
 }
+
+namespace {
 
 //! H.264 7.3.2.1.1 up to max_num_ref_frames.
 int h264_ref_frames(BitReader& r) {

@@ -8,6 +8,10 @@ namespace framefuse {
 
 enum class SpsCodec { H264, Hevc };
 
+//! The first sequence parameter set NAL unit (its header included, no start code) in `data`: an
+//! avcC / hvcC record (first byte 1) or Annex B NAL units with start codes. Empty if there is none.
+std::span<const uint8_t> find_sps(SpsCodec codec, std::span<const uint8_t> data);
+
 //! Frames the stream's decoded picture buffer may hold, from the first sequence parameter set in
 //! `extradata` (an avcC / hvcC record, or Annex B NAL units with start codes): H.264
 //! max_num_ref_frames (frames kept only for output reordering come on top); HEVC

@@ -57,15 +57,27 @@ std::optional<ops::PixelFormat> nvdec_format(AVPixelFormat sw) {
   }
 }
 
+//! The codec whose sequence parameter sets parameter_sets.hpp reads, if `par`'s is one.
+std::optional<SpsCodec> sps_codec(const AVCodecParameters& par) {
+  if (par.codec_id == AV_CODEC_ID_H264) return SpsCodec::H264;
+  if (par.codec_id == AV_CODEC_ID_HEVC) return SpsCodec::Hevc;
+  return std::nullopt;
+}
+
+std::span<const uint8_t> extradata(const AVCodecParameters& par) {
+  return {par.extradata, size_t(std::max(par.extradata_size, 0))};
+}
+
 //! NVDEC decode surfaces for the stream (FFmpeg's cuvid `surfaces`): the frames its decoded picture
-//! buffer holds (parameter_sets.hpp; for H.264 plus the frames it reorders), the one being decoded
-//! and one to spare, as FFmpeg's own NVDEC hwaccel sizes them. 0 when the stream does not tell
-//! (FFmpeg's default, 25). Too few surfaces would corrupt frames silently, so no guess goes lower.
-int nvdec_surfaces(const AVCodecParameters& par) {
-  const bool h264 = par.codec_id == AV_CODEC_ID_H264;
-  if (!h264 && par.codec_id != AV_CODEC_ID_HEVC) return 0;
-  const int dpb = dpb_frames(h264 ? SpsCodec::H264 : SpsCodec::Hevc,
-                             std::span<const uint8_t>(par.extradata, size_t(std::max(par.extradata_size, 0))));
+//! buffer holds, from the SPS in `parameter_sets` (parameter_sets.hpp; for H.264 plus the frames it
+//! reorders), the one being decoded and one to spare, as FFmpeg's own NVDEC hwaccel sizes them. 0
+//! when the stream does not tell (FFmpeg's default, 25). Too few surfaces would corrupt frames
+//! silently, so no guess goes lower.
+int nvdec_surfaces(const AVCodecParameters& par, std::span<const uint8_t> parameter_sets) {
+  const std::optional<SpsCodec> codec = sps_codec(par);
+  if (!codec) return 0;
+  const bool h264 = *codec == SpsCodec::H264;
+  const int dpb = dpb_frames(*codec, parameter_sets);
   if (dpb < 0) return 0;
   constexpr int kNvdecMaxSurfaces = 32;   // CUVIDDECODECREATEINFO::ulNumDecodeSurfaces
   return std::min(dpb + (h264 ? std::max(par.video_delay, 0) : 0) + 2, kNvdecMaxSurfaces);
@@ -125,9 +137,16 @@ struct VideoSource::Impl {
   std::atomic<DecoderKind> in_use{DecoderKind::Cpu};
   std::atomic<bool> nvdec_wanted{false};   //!< NVDEC set up at open and not given up
   std::atomic<int> format_choices{0};      //!< decoder set-ups (choose_format)
-  std::tuple<int, int, AVPixelFormat> last_shape{0, 0, AV_PIX_FMT_NONE};   //!< of the last set-up (get_format only)
+  std::tuple<int, int, int, int, AVPixelFormat> last_shape{0, 0, 0, 0, AV_PIX_FMT_NONE};   //!< the last set-up's (get_format only)
   int surfaces = 0;                        //!< NVDEC decode surfaces asked for (0: FFmpeg's default)
   std::unique_ptr<LegacyStreamFence> copies;   //!< NVDEC: waits for a frame's copy before read() returns it
+  // NVDEC across a change of sequence (new SPS) in an Annex B stream: FFmpeg 5.1's cuvid decoder
+  // sets NVIDIA's decoder up again for the new sequence without first handing out the frames it
+  // holds back for reordering, which then came out at the new size with wrong pixels (H200). So a
+  // keyframe with another SPS drains the decoder and opens a new one, which the keyframe starts.
+  bool track_sequences = false;    //!< NVDEC on H.264/HEVC with Annex B packets
+  std::vector<uint8_t> sequence;   //!< the current SPS, as Annex B (start code + NAL unit); empty: none yet
+  AvPacketPtr next_sequence;       //!< while draining: the keyframe that starts the next sequence
   std::mutex fatal_mu;
   std::string fatal;
 
@@ -240,6 +259,7 @@ struct VideoSource::Impl {
   //! The one place a decoder is chosen and opened: NVDEC when it is wanted and opens for the
   //! stream, else software (`auto`, reported to on_fallback) or an error (`nvdec`).
   void open_decoder(const AVStream& st) {
+    track_sequences = false;
     const bool nvdec = opts.decoder == DecoderKind::Nvdec || (opts.decoder == DecoderKind::Auto && opts.cuda_device >= 0);
     if (nvdec) {
       const std::string why = open_nvdec(st);
@@ -292,13 +312,15 @@ struct VideoSource::Impl {
     }
     codec->thread_count = 1;
     codec->flags |= AV_CODEC_FLAG_LOW_DELAY;   // frames out as soon as they may be shown: no display delay
-    surfaces = nvdec_surfaces(*st.codecpar);
+    surfaces = nvdec_surfaces(*st.codecpar, sequence.empty() ? extradata(*st.codecpar) : std::span(sequence));
     if (surfaces > 0) av_opt_set_int(codec->priv_data, "surfaces", surfaces, 0);
     if (const int err = avcodec_open2(codec.get(), dec, nullptr); err < 0) {
       codec.reset();
       surfaces = 0;
       return fmt::format("cannot open the {} decoder ({})", name, av_error(err));
     }
+    const std::span<const uint8_t> ed = extradata(*st.codecpar);
+    track_sequences = sps_codec(*st.codecpar) && (ed.empty() || ed[0] != 1);   // avcC / hvcC: length-prefixed packets
     return {};
   }
 
@@ -329,10 +351,14 @@ struct VideoSource::Impl {
 
   //! CUDA frames when NVDEC decodes into a layout the ops read; else the software format (for
   //! NVDEC, a layout the ops do not read: it copies its frames into host memory, and the source
-  //! reports NVDEC given up). Counts the decoder's set-ups: calls for a new coded size or format
-  //! (NVDEC's decoder asks once as it opens and again for each sequence it sets up).
+  //! reports NVDEC given up). Counts the decoder's set-ups: calls for a new size or format
+  //! (NVDEC's decoder asks once as it opens and again for each sequence it sets up), and gives
+  //! each NVDEC set-up a frames pool of its own: FFmpeg's cuvid decoder sizes its output frames by
+  //! the first sequence and rejects a larger one in that pool (a mid-stream resolution change).
   AVPixelFormat choose_format(AVCodecContext& c, const AVPixelFormat* formats) noexcept {
-    if (const auto shape = std::make_tuple(c.coded_width, c.coded_height, c.sw_pix_fmt); shape != last_shape) {
+    const auto shape = std::make_tuple(c.coded_width, c.coded_height, c.width, c.height, c.sw_pix_fmt);
+    const bool new_shape = shape != last_shape;
+    if (new_shape) {
       last_shape = shape;
       format_choices.fetch_add(1, std::memory_order_relaxed);
     }
@@ -347,7 +373,16 @@ struct VideoSource::Impl {
       }
     }
     if (!nvdec_wanted) return software;
-    if (cuda && nvdec_format(c.sw_pix_fmt)) return AV_PIX_FMT_CUDA;
+    if (cuda && nvdec_format(c.sw_pix_fmt)) {
+      if (!new_shape || !c.hw_device_ctx) return AV_PIX_FMT_CUDA;
+      if (AVBufferRef* pool = av_hwframe_ctx_alloc(c.hw_device_ctx)) {   // the decoder sets it up
+        av_buffer_unref(&c.hw_frames_ctx);
+        c.hw_frames_ctx = pool;
+        return AV_PIX_FMT_CUDA;
+      }
+      set_fatal("decoder nvdec: out of memory for a frames pool");
+      return AV_PIX_FMT_NONE;
+    }
     const char* profile = avcodec_profile_name(c.codec_id, c.profile);
     const char* sw = av_get_pix_fmt_name(c.sw_pix_fmt);
     std::string why;
@@ -422,6 +457,10 @@ struct VideoSource::Impl {
     for (;;) {
       int err = avcodec_receive_frame(codec.get(), frame.get());
       if (err == 0) return true;
+      if (err == AVERROR_EOF && next_sequence) {   // drained for a new sequence
+        start_next_sequence();
+        continue;
+      }
       if (err == AVERROR_EOF) {   // drained: the input ended and is not looped
         if (!interrupted && rtsp()) fail("stream ended by the server");
         return false;
@@ -449,6 +488,13 @@ struct VideoSource::Impl {
         if (deadline_hit) fail(fmt::format("no frame for {} ms (stalled)", read_timeout().count()));
         fail(fmt::format("read failed ({})", av_error(err)));
       }
+      if (packet->stream_index == stream_index && starts_new_sequence(*packet)) {
+        next_sequence.reset(av_packet_clone(packet.get()));
+        av_packet_unref(packet.get());
+        if (!next_sequence) fail("out of memory");
+        avcodec_send_packet(codec.get(), nullptr);   // drain: its frames come out, then EOF
+        continue;
+      }
       err = packet->stream_index == stream_index ? avcodec_send_packet(codec.get(), packet.get()) : 0;
       av_packet_unref(packet.get());
       if (err < 0 && err != AVERROR(EAGAIN)) {
@@ -457,6 +503,30 @@ struct VideoSource::Impl {
         errors.fetch_add(1, std::memory_order_relaxed);
       }
     }
+  }
+
+  //! Whether `pkt` (of the video stream) is a keyframe whose SPS differs from the current one
+  //! (track_sequences); the first SPS seen becomes the current one.
+  bool starts_new_sequence(const AVPacket& pkt) {
+    if (!track_sequences || !(pkt.flags & AV_PKT_FLAG_KEY)) return false;
+    const std::span<const uint8_t> sps =
+        find_sps(*sps_codec(*format->streams[stream_index]->codecpar), {pkt.data, size_t(pkt.size)});
+    if (sps.empty()) return false;
+    const bool known = !sequence.empty();
+    if (known && std::equal(sps.begin(), sps.end(), sequence.begin() + 3, sequence.end())) return false;
+    sequence.assign({0, 0, 1});
+    sequence.insert(sequence.end(), sps.begin(), sps.end());
+    return known;
+  }
+
+  //! After the drain for a new sequence: a new NVDEC decoder (surfaces from the new SPS), started
+  //! by the keyframe that brought it.
+  void start_next_sequence() {
+    const AvPacketPtr key = std::move(next_sequence);
+    codec.reset();
+    open_decoder(*format->streams[stream_index]);
+    if (const int err = avcodec_send_packet(codec.get(), key.get()); err < 0 && err != AVERROR(EAGAIN))
+      errors.fetch_add(1, std::memory_order_relaxed);
   }
 
   //! Stream time of the received frame in seconds, continuous across loops.

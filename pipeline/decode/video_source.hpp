@@ -110,7 +110,7 @@ class VideoSource {
   //! NVDEC: the decode surfaces asked for the stream (after open(); 0: FFmpeg's default); 0 in
   //! software. Same thread as read().
   int decode_surfaces() const;
-  //! Times the decoder set itself up for a new coded size or format so far (FFmpeg's get_format:
+  //! Times the decoder set itself up for a new size or format so far (FFmpeg's get_format:
   //! software, once at the first frame; NVDEC, once as it opens and once per sequence; again on a
   //! mid-stream change; a loop does not count). Thread-safe.
   int decoder_setups() const;

@@ -2,8 +2,8 @@
 //! tools/make_sample_clip): the same pixels (H.264 decoding is exact), the same tensors through the
 //! CUDA executor (NVDEC frames read in place vs pinned pool frames vs staged host frames; frames
 //! submitted as they are read), one shared CUDA context for every decoder of a GPU, a looped clip
-//! that keeps its decoder, a consumer holding more frames than NVDEC has surfaces, and a camera-style
-//! stream decoded with the fewest surfaces its parameter sets allow. Skipped (exit 77 when only
+//! that keeps its decoder, a consumer holding more frames than NVDEC has surfaces, a camera-style
+//! stream decoded with the fewest surfaces its parameter sets allow, and a resolution change. Skipped (exit 77 when only
 //! these run) where the clips have not been made.
 #include <gtest/gtest.h>
 
@@ -290,6 +290,35 @@ TEST_F(Nvdec, CameraStyleStreamDecodesExactlyWithItsFewSurfaces) {
     ++read;
   }
   EXPECT_EQ(read, kRead);
+  EXPECT_EQ(gpu.decode_errors(), 0u);
+  EXPECT_EQ(gpu.decoder(), DecoderKind::Nvdec);
+}
+
+TEST_F(Nvdec, AResolutionChangeMidStreamDecodesBothSizes) {
+  // 720p, then 1080p in one MPEG-TS (each segment with its own parameter sets): NVDEC sets itself
+  // up again for the larger sequence, in a frames pool of its size, and every frame equals software.
+  constexpr int kEach = 10;
+  TempDir dir("framefuse_nvdec_splice");
+  const std::filesystem::path spliced = dir.path / "720p+1080p.ts";
+  concat_as_mpegts(std::vector<std::filesystem::path>{clip, sample_clip("sample_1080p.mp4")}, spliced, kEach);
+  SourceSpec spec;
+  spec.uri = spliced.string();
+  VideoSource gpu(spec, "nvdec-splice", nvdec());
+  VideoSource cpu(spec, "cpu-splice", software());
+  gpu.open();
+  cpu.open();
+  int read = 0;
+  while (auto f = gpu.read()) {
+    const auto reference = cpu.read();
+    ASSERT_TRUE(reference.has_value()) << "frame " << read;
+    EXPECT_EQ(f->memory, FrameMemory::Device) << "frame " << read;
+    EXPECT_EQ(f->info.width, read < kEach ? 1280 : 1920) << "frame " << read;
+    EXPECT_EQ(f->info.width, reference->info.width) << "frame " << read;
+    EXPECT_EQ(f->info.height, reference->info.height) << "frame " << read;
+    EXPECT_TRUE(nv12_as_yuv420p(tight_planes(to_host(*f))) == tight_planes(*reference)) << "frame " << read;
+    ++read;
+  }
+  EXPECT_EQ(read, 2 * kEach);
   EXPECT_EQ(gpu.decode_errors(), 0u);
   EXPECT_EQ(gpu.decoder(), DecoderKind::Nvdec);
 }
