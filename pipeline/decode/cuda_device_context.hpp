@@ -23,7 +23,10 @@ AVBufferRef* cuda_decode_device(int index);
 //! frame, so its frames reach executors as finished device memory. (Each pipeline's submit
 //! recording an event on the legacy stream instead made `cudaGraphLaunch` block: p99 decode ->
 //! output <= 20 ms at 51 live streams on the H200, against <= 5 ms with this wait; tests/bench/
-//! RESULTS.md, session 9.) A blocking-sync event: the thread sleeps. One thread at a time.
+//! RESULTS.md, session 9.) Cost: a stream without B-frames hands each frame out as soon as its
+//! decode is queued, so the wait covers that decode and one such stream alone decodes ~18 % slower
+//! (1080p: 456 against 559 fps); several streams still fill NVDEC. A blocking-sync event: the thread
+//! sleeps. One thread at a time.
 class LegacyStreamFence {
  public:
   //! Throws MediaError as cuda_decode_device() does.
