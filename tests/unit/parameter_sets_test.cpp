@@ -1,13 +1,15 @@
-// dpb_frames() against FFmpeg's own parameter-set parser (the trace_headers bitstream filter, an
+// dpb_frames() and find_sps() against FFmpeg's own parameter-set parser (the trace_headers bitstream filter, an
 // independent reading of the same bits), on clips libx264 / libx265 encode at test time with the
 // reference and B-frame counts of the table, in each container's form of the parameter sets
 // (avcC / hvcC records in MP4, Annex B in MPEG-TS and raw streams).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <regex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <spdlog/fmt/fmt.h>
@@ -61,17 +63,31 @@ int traced_dpb_frames(const fs::path& clip, SpsCodec codec) {
   return found;
 }
 
-//! The extradata libavformat gives the decoder for `clip`'s video stream.
-std::vector<uint8_t> extradata_of(const fs::path& clip) {
+//! What libavformat gives the decoder for `clip`'s video stream: its extradata, and the bytes of
+//! its first keyframe packet.
+struct Stream {
+  std::vector<uint8_t> extradata;
+  std::vector<uint8_t> keyframe;
+};
+
+Stream stream_of(const fs::path& clip) {
   AVFormatContext* ctx = nullptr;
   if (avformat_open_input(&ctx, clip.c_str(), nullptr, nullptr) < 0) return {};
-  std::vector<uint8_t> out;
-  if (avformat_find_stream_info(ctx, nullptr) >= 0) {
-    const int s = av_find_best_stream(ctx, AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
-    if (s >= 0) {
-      const AVCodecParameters* par = ctx->streams[s]->codecpar;
-      out.assign(par->extradata, par->extradata + par->extradata_size);
+  Stream out;
+  const int s = avformat_find_stream_info(ctx, nullptr) >= 0
+                    ? av_find_best_stream(ctx, AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0)
+                    : -1;
+  if (s >= 0) {
+    const AVCodecParameters* par = ctx->streams[s]->codecpar;
+    out.extradata.assign(par->extradata, par->extradata + par->extradata_size);
+    AVPacket* pkt = av_packet_alloc();
+    while (pkt && av_read_frame(ctx, pkt) >= 0) {
+      const bool key = pkt->stream_index == s && (pkt->flags & AV_PKT_FLAG_KEY);
+      if (key) out.keyframe.assign(pkt->data, pkt->data + pkt->size);
+      av_packet_unref(pkt);
+      if (key) break;
     }
+    av_packet_free(&pkt);
   }
   avformat_close_input(&ctx);
   return out;
@@ -90,9 +106,24 @@ TEST_P(ParameterSets, DpbFramesEqualFfmpegsReading) {
                            h264 ? "" : ":log-level=error", clip.string()));
   const int expected = traced_dpb_frames(clip, c.codec);
   ASSERT_GT(expected, 0) << "trace_headers found no SPS in " << name_of(c);
-  const std::vector<uint8_t> extradata = extradata_of(clip);
+  const Stream stream = stream_of(clip);
+  const std::vector<uint8_t>& extradata = stream.extradata;
   ASSERT_FALSE(extradata.empty()) << name_of(c);
   EXPECT_EQ(dpb_frames(c.codec, extradata), expected) << name_of(c);
+
+  // Annex B streams (MPEG-TS, raw) repeat the SPS in their keyframes, which NVDEC sources compare
+  // to tell a new sequence: the same NAL unit as the extradata's. (MP4 and Matroska keep theirs in
+  // an avcC / hvcC record, first byte 1, and their packets are length-prefixed.)
+  const bool annex_b = c.extension == std::string_view("ts") || c.extension == std::string_view("h264") ||
+                       c.extension == std::string_view("hevc");
+  EXPECT_EQ(extradata[0] != 1, annex_b) << name_of(c);
+  if (annex_b) {
+    ASSERT_FALSE(stream.keyframe.empty()) << name_of(c);
+    const std::span<const uint8_t> in_band = find_sps(c.codec, stream.keyframe);
+    const std::span<const uint8_t> out_of_band = find_sps(c.codec, extradata);
+    ASSERT_FALSE(in_band.empty()) << name_of(c);
+    EXPECT_TRUE(std::equal(in_band.begin(), in_band.end(), out_of_band.begin(), out_of_band.end())) << name_of(c);
+  }
 
   // Cut short anywhere: never read past the end, never a made-up count.
   for (size_t n = 0; n < extradata.size(); n += 3) {
