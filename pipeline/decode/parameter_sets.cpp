@@ -175,8 +175,7 @@ int hevc_dpb_frames(BitReader& r) {
 
 }  // namespace
 
-int dpb_frames(SpsCodec codec, std::span<const uint8_t> extradata) {
-  const std::span<const uint8_t> sps = find_sps(codec, extradata);
+int dpb_frames(SpsCodec codec, std::span<const uint8_t> sps) {
   const size_t header = codec == SpsCodec::H264 ? 1 : 2;
   if (sps.size() <= header) return -1;
   try {

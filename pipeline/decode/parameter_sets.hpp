@@ -12,11 +12,10 @@ enum class SpsCodec { H264, Hevc };
 //! avcC / hvcC record (first byte 1) or Annex B NAL units with start codes. Empty if there is none.
 std::span<const uint8_t> find_sps(SpsCodec codec, std::span<const uint8_t> data);
 
-//! Frames the stream's decoded picture buffer may hold, from the first sequence parameter set in
-//! `extradata` (an avcC / hvcC record, or Annex B NAL units with start codes): H.264
-//! max_num_ref_frames (frames kept only for output reordering come on top); HEVC
-//! sps_max_dec_pic_buffering_minus1 + 1 of the highest sub-layer (reordering included). -1 when
-//! there is no parameter set or it cannot be read.
-int dpb_frames(SpsCodec codec, std::span<const uint8_t> extradata);
+//! Frames the stream's decoded picture buffer may hold, from a sequence parameter set NAL unit
+//! (find_sps()): H.264 max_num_ref_frames (frames kept only for output reordering come on top);
+//! HEVC sps_max_dec_pic_buffering_minus1 + 1 of the highest sub-layer (reordering included). -1
+//! when `sps` is empty or cannot be read.
+int dpb_frames(SpsCodec codec, std::span<const uint8_t> sps);
 
 }  // namespace framefuse

@@ -69,15 +69,15 @@ std::span<const uint8_t> extradata(const AVCodecParameters& par) {
 }
 
 //! NVDEC decode surfaces for the stream (FFmpeg's cuvid `surfaces`): the frames its decoded picture
-//! buffer holds, from the SPS in `parameter_sets` (parameter_sets.hpp; for H.264 plus the frames it
-//! reorders), the one being decoded and one to spare, as FFmpeg's own NVDEC hwaccel sizes them. 0
-//! when the stream does not tell (FFmpeg's default, 25). Too few surfaces would corrupt frames
-//! silently, so no guess goes lower.
-int nvdec_surfaces(const AVCodecParameters& par, std::span<const uint8_t> parameter_sets) {
+//! buffer holds, from the SPS in force (`sps`, a NAL unit; empty: the extradata's) (parameter_sets.
+//! hpp; for H.264 plus the frames it reorders), the one being decoded and one to spare, as FFmpeg's
+//! own NVDEC hwaccel sizes them. 0 when the stream does not tell (FFmpeg's default, 25). Too few
+//! surfaces would corrupt frames silently, so no guess goes lower.
+int nvdec_surfaces(const AVCodecParameters& par, std::span<const uint8_t> sps) {
   const std::optional<SpsCodec> codec = sps_codec(par);
   if (!codec) return 0;
   const bool h264 = *codec == SpsCodec::H264;
-  const int dpb = dpb_frames(*codec, parameter_sets);
+  const int dpb = dpb_frames(*codec, sps.empty() ? find_sps(*codec, extradata(par)) : sps);
   if (dpb < 0) return 0;
   constexpr int kNvdecMaxSurfaces = 32;   // CUVIDDECODECREATEINFO::ulNumDecodeSurfaces
   return std::min(dpb + (h264 ? std::max(par.video_delay, 0) : 0) + 2, kNvdecMaxSurfaces);
@@ -145,7 +145,7 @@ struct VideoSource::Impl {
   // holds back for reordering, which then came out at the new size with wrong pixels (H200). So a
   // keyframe with another SPS drains the decoder and opens a new one, which the keyframe starts.
   bool track_sequences = false;    //!< NVDEC on H.264/HEVC with Annex B packets
-  std::vector<uint8_t> sequence;   //!< the current SPS, as Annex B (start code + NAL unit); empty: none yet
+  std::vector<uint8_t> sequence;   //!< the current SPS NAL unit; empty: none seen in the packets yet
   AvPacketPtr next_sequence;       //!< while draining: the keyframe that starts the next sequence
   std::mutex fatal_mu;
   std::string fatal;
@@ -312,7 +312,7 @@ struct VideoSource::Impl {
     }
     codec->thread_count = 1;
     codec->flags |= AV_CODEC_FLAG_LOW_DELAY;   // frames out as soon as they may be shown: no display delay
-    surfaces = nvdec_surfaces(*st.codecpar, sequence.empty() ? extradata(*st.codecpar) : std::span(sequence));
+    surfaces = nvdec_surfaces(*st.codecpar, sequence);
     if (surfaces > 0) av_opt_set_int(codec->priv_data, "surfaces", surfaces, 0);
     if (const int err = avcodec_open2(codec.get(), dec, nullptr); err < 0) {
       codec.reset();
@@ -374,7 +374,7 @@ struct VideoSource::Impl {
     }
     if (!nvdec_wanted) return software;
     if (cuda && nvdec_format(c.sw_pix_fmt)) {
-      if (!new_shape || !c.hw_device_ctx) return AV_PIX_FMT_CUDA;
+      if (!new_shape) return AV_PIX_FMT_CUDA;
       if (AVBufferRef* pool = av_hwframe_ctx_alloc(c.hw_device_ctx)) {   // the decoder sets it up
         av_buffer_unref(&c.hw_frames_ctx);
         c.hw_frames_ctx = pool;
@@ -513,9 +513,8 @@ struct VideoSource::Impl {
         find_sps(*sps_codec(*format->streams[stream_index]->codecpar), {pkt.data, size_t(pkt.size)});
     if (sps.empty()) return false;
     const bool known = !sequence.empty();
-    if (known && std::equal(sps.begin(), sps.end(), sequence.begin() + 3, sequence.end())) return false;
-    sequence.assign({0, 0, 1});
-    sequence.insert(sequence.end(), sps.begin(), sps.end());
+    if (known && std::ranges::equal(sps, sequence)) return false;
+    sequence.assign(sps.begin(), sps.end());
     return known;
   }
 

@@ -75,6 +75,23 @@ Planes nv12_as_yuv420p(const Planes& nv12) {
   return out;
 }
 
+//! Reads the open NVDEC source `gpu` to its end and, frame by frame beside it, `spec` decoded in
+//! software: each NVDEC frame must have the software frame's pixels. `check(i, frame, reference)`
+//! sees each pair first and may keep the frame. `read` counts the NVDEC frames.
+template <class Check>
+void read_beside_software(VideoSource& gpu, const SourceSpec& spec, int& read, Check&& check) {
+  VideoSource cpu(spec, "cpu-reference", software());
+  cpu.open();
+  while (auto f = gpu.read()) {
+    const auto reference = cpu.read();
+    ASSERT_TRUE(reference.has_value()) << "frame " << read;
+    const bool same = nv12_as_yuv420p(tight_planes(to_host(*f))) == tight_planes(*reference);
+    check(read, *f, *reference);
+    EXPECT_TRUE(same) << "frame " << read;
+    ++read;
+  }
+}
+
 class Nvdec : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -275,20 +292,14 @@ TEST_F(Nvdec, CameraStyleStreamDecodesExactlyWithItsFewSurfaces) {
   spec.uri = camera.string();
   spec.max_frames = kRead;
   VideoSource gpu(spec, "nvdec-camera", nvdec());
-  VideoSource cpu(spec, "cpu-camera", software());
   gpu.open();
-  cpu.open();
   EXPECT_EQ(gpu.decode_surfaces(), 3);
   std::deque<DecodedFrame> held;   // a pipeline's queue and ring
   int read = 0;
-  while (auto f = gpu.read()) {
-    const auto reference = cpu.read();
-    ASSERT_TRUE(reference.has_value()) << "frame " << read;
-    EXPECT_TRUE(nv12_as_yuv420p(tight_planes(to_host(*f))) == tight_planes(*reference)) << "frame " << read;
-    held.push_back(std::move(*f));
+  read_beside_software(gpu, spec, read, [&](int, DecodedFrame& f, const DecodedFrame&) {
+    held.push_back(std::move(f));
     if (held.size() > 7) held.pop_front();
-    ++read;
-  }
+  });
   EXPECT_EQ(read, kRead);
   EXPECT_EQ(gpu.decode_errors(), 0u);
   EXPECT_EQ(gpu.decoder(), DecoderKind::Nvdec);
@@ -304,20 +315,14 @@ TEST_F(Nvdec, AResolutionChangeMidStreamDecodesBothSizes) {
   SourceSpec spec;
   spec.uri = spliced.string();
   VideoSource gpu(spec, "nvdec-splice", nvdec());
-  VideoSource cpu(spec, "cpu-splice", software());
   gpu.open();
-  cpu.open();
   int read = 0;
-  while (auto f = gpu.read()) {
-    const auto reference = cpu.read();
-    ASSERT_TRUE(reference.has_value()) << "frame " << read;
-    EXPECT_EQ(f->memory, FrameMemory::Device) << "frame " << read;
-    EXPECT_EQ(f->info.width, read < kEach ? 1280 : 1920) << "frame " << read;
-    EXPECT_EQ(f->info.width, reference->info.width) << "frame " << read;
-    EXPECT_EQ(f->info.height, reference->info.height) << "frame " << read;
-    EXPECT_TRUE(nv12_as_yuv420p(tight_planes(to_host(*f))) == tight_planes(*reference)) << "frame " << read;
-    ++read;
-  }
+  read_beside_software(gpu, spec, read, [&](int i, const DecodedFrame& f, const DecodedFrame& reference) {
+    EXPECT_EQ(f.memory, FrameMemory::Device) << "frame " << i;
+    EXPECT_EQ(f.info.width, i < kEach ? 1280 : 1920) << "frame " << i;
+    EXPECT_EQ(f.info.width, reference.info.width) << "frame " << i;
+    EXPECT_EQ(f.info.height, reference.info.height) << "frame " << i;
+  });
   EXPECT_EQ(read, 2 * kEach);
   EXPECT_EQ(gpu.decode_errors(), 0u);
   EXPECT_EQ(gpu.decoder(), DecoderKind::Nvdec);

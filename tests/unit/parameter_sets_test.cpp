@@ -109,7 +109,7 @@ TEST_P(ParameterSets, DpbFramesEqualFfmpegsReading) {
   const Stream stream = stream_of(clip);
   const std::vector<uint8_t>& extradata = stream.extradata;
   ASSERT_FALSE(extradata.empty()) << name_of(c);
-  EXPECT_EQ(dpb_frames(c.codec, extradata), expected) << name_of(c);
+  EXPECT_EQ(dpb_frames(c.codec, find_sps(c.codec, extradata)), expected) << name_of(c);
 
   // Annex B streams (MPEG-TS, raw) repeat the SPS in their keyframes, which NVDEC sources compare
   // to tell a new sequence: the same NAL unit as the extradata's. (MP4 and Matroska keep theirs in
@@ -127,7 +127,7 @@ TEST_P(ParameterSets, DpbFramesEqualFfmpegsReading) {
 
   // Cut short anywhere: never read past the end, never a made-up count.
   for (size_t n = 0; n < extradata.size(); n += 3) {
-    const int got = dpb_frames(c.codec, std::span(extradata).first(n));
+    const int got = dpb_frames(c.codec, find_sps(c.codec, std::span(extradata).first(n)));
     EXPECT_TRUE(got == -1 || got == expected) << name_of(c) << " cut at " << n << " bytes: " << got;
   }
 }
@@ -147,8 +147,8 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(ParameterSetsEdge, NothingToReadGivesMinusOne) {
   EXPECT_EQ(dpb_frames(SpsCodec::H264, {}), -1);
   const std::vector<uint8_t> pps_only{0, 0, 0, 1, 0x68, 0xce, 0x3c, 0x80};   // an H.264 PPS, no SPS
-  EXPECT_EQ(dpb_frames(SpsCodec::H264, pps_only), -1);
-  EXPECT_EQ(dpb_frames(SpsCodec::Hevc, pps_only), -1);
+  EXPECT_EQ(dpb_frames(SpsCodec::H264, find_sps(SpsCodec::H264, pps_only)), -1);
+  EXPECT_EQ(dpb_frames(SpsCodec::Hevc, find_sps(SpsCodec::Hevc, pps_only)), -1);
 }
 
 }  // namespace
