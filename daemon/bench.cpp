@@ -41,7 +41,8 @@ constexpr double kLiveSlackFrames = 4;
 //! Iterations in flight in the executor-alone runs: enough to keep the device busy.
 constexpr int kEngineInFlight = 3;
 
-//! Stream `i` of the benchmark as a pipeline: the clip looped up to `frames`, null sink.
+//! Stream `i` of the benchmark as a pipeline: the clip looped up to `frames`, null sink (on CUDA its
+//! outputs stay in device memory: make_executor()).
 PipelineSpec bench_pipeline(const BenchOptions& o, int i) {
   PipelineSpec p;
   p.name = fmt::format("bench-{}", i);
@@ -300,10 +301,13 @@ double timer_cost_us() {
 //! `record_times`: also the device time of the upload and of the kernels (an event node between
 //! them).
 EngineResult engine_run(const DeviceSpec& device, const FrameInfo& info, const PipelineSpec& spec,
-                        const std::vector<ops::ImageView>& frames, FrameMemory memory, bool graphs,
+                        const std::vector<ops::ImageView>& frames, FrameMemory memory, bool host_outputs, bool graphs,
                         int iterations, bool record_times, double timer_us) {
   constexpr int kWarmup = 50;
-  CudaExecutor exec(device.index, {.in_flight = kEngineInFlight, .graphs = graphs, .record_times = record_times});
+  CudaExecutor exec(device.index, {.in_flight = kEngineInFlight,
+                                   .graphs = graphs,
+                                   .record_times = record_times,
+                                   .host_outputs = host_outputs});
   const auto plans = make_output_plans(spec, info);
   exec.setup(info, make_color_params(spec.color, info), plans, 1);
   std::vector<IterationTimes> times;
@@ -333,6 +337,7 @@ EngineResult engine_run(const DeviceSpec& device, const FrameInfo& info, const P
   EngineResult r;
   r.mode = graphs ? "graph" : "stream";
   r.memory = memory == FrameMemory::Device ? "device" : "pinned";
+  r.outputs = host_outputs ? "host" : "device";
   r.iterations = iterations;
   r.submit_cpu_us = cpu_us / iterations - timer_us;
   r.fps = iterations / seconds;
@@ -381,11 +386,16 @@ std::vector<EngineResult> engine_bench(const BenchOptions& o, const DeviceSpec& 
   }
   if (pinned.empty()) throw std::runtime_error(fmt::format("{}: frames did not decode into the pinned pool", o.clip));
   std::vector<EngineResult> results;
+  // Frames and outputs: NVDEC frames for a host sink, software-decoded frames for one, NVDEC frames
+  // for the null sink (outputs left in device memory).
+  constexpr std::pair<FrameMemory, bool> kCases[] = {
+      {FrameMemory::Device, true}, {FrameMemory::Pinned, true}, {FrameMemory::Device, false}};
   for (const bool graphs : {true, false}) {
-    for (const FrameMemory memory : {FrameMemory::Device, FrameMemory::Pinned}) {
+    for (const auto& [memory, host_outputs] : kCases) {
       const auto& frames = memory == FrameMemory::Device ? on_device : pinned;
-      EngineResult r = engine_run(device, info, spec, frames, memory, graphs, kIterations, false, timer_us);
-      const EngineResult timed = engine_run(device, info, spec, frames, memory, graphs, kTimed, true, timer_us);
+      EngineResult r = engine_run(device, info, spec, frames, memory, host_outputs, graphs, kIterations, false, timer_us);
+      const EngineResult timed =
+          engine_run(device, info, spec, frames, memory, host_outputs, graphs, kTimed, true, timer_us);
       r.upload_us = timed.upload_us;
       r.kernels_us = timed.kernels_us;
       r.latency_p50_ms = timed.latency_p50_ms;
@@ -495,7 +505,8 @@ void memory_breakdown(const BenchOptions& o, const DeviceSpec& device, BenchResu
       CudaExecutor exec(device.index);
       const FrameInfo info = held.front().info;
       exec.setup(info, make_color_params(spec.color, info), make_output_plans(spec, info), 1);
-      step(fmt::format("executor set up ({} ring slots: device + pinned outputs, parameters, tap tables, graphs)",
+      step(fmt::format("executor set up for a host sink ({} ring slots: device + pinned outputs, parameters, tap "
+                       "tables, graphs)",
                        exec.max_in_flight()));
       for (const DecodedFrame& f : held) {
         if (exec.in_flight() == exec.max_in_flight()) exec.complete({});
@@ -698,7 +709,7 @@ std::string format_bench_table(const BenchResult& r) {
   std::string out = fmt::format(
       "framefused bench: {} ({}), {} stream(s) x {} frames, device {}\n"
       "outputs: classify (shorter side 256, center crop 224, ImageNet mean/std, CHW f32) + "
-      "detect (letterbox 640x640, /255, CHW f16), null sink\n\n",
+      "detect (letterbox 640x640, /255, CHW f16), null sink (CUDA: outputs left in GPU memory)\n\n",
       r.options.clip, r.frame, n, r.options.frames, r.device);
   out += fmt::format("{:<16}{:>8}{:>10}{:>12}{:>12}{:>14}{:>15}  {}\n", "phase", "frames", "seconds", "fps total",
                      "fps/stream", "CPU ms/frame", "peak RSS MiB", "decoder");
@@ -716,13 +727,15 @@ std::string format_bench_table(const BenchResult& r) {
   out += memory_text("decode alone (growth / N):", r.decode_memory);
   if (!r.engine.empty()) {
     out += fmt::format("\nexecutor alone ({} iterations, {} in flight, outputs not copied out; submit = thread CPU "
-                       "time in submit(); device times from a run with event times; device: frames in GPU memory, "
-                       "finished, as NVDEC sources hand them on):\n",
+                       "time in submit(); device times from a run with event times; frames device: in GPU memory, "
+                       "finished, as NVDEC sources hand them on; outputs host: downloaded for a host sink, device: "
+                       "left in GPU memory, as for the null sink):\n",
                        r.engine.front().iterations, kEngineInFlight);
-    out += fmt::format("{:<8}{:<8}{:>14}{:>10}{:>12}{:>12}{:>26}\n", "mode", "frames", "submit us/fr", "fps",
-                       "upload us", "kernels us", "latency p50/p99 ms");
+    out += fmt::format("{:<8}{:<8}{:<8}{:>14}{:>10}{:>12}{:>12}{:>26}\n", "mode", "frames", "outputs", "submit us/fr",
+                       "fps", "upload us", "kernels us", "latency p50/p99 ms");
     for (const auto& e : r.engine)
-      out += fmt::format("{:<8}{:<8}{:>14.2f}{:>10.0f}{:>12}{:>12.1f}{:>26}\n", e.mode, e.memory, e.submit_cpu_us,
+      out += fmt::format("{:<8}{:<8}{:<8}{:>14.2f}{:>10.0f}{:>12}{:>12.1f}{:>26}\n", e.mode, e.memory, e.outputs,
+                         e.submit_cpu_us,
                          e.fps, e.upload_us < 0 ? std::string("-") : fmt::format("{:.1f}", e.upload_us), e.kernels_us,
                          fmt::format("{:.3f} / {:.3f}", e.latency_p50_ms, e.latency_p99_ms));
   }
@@ -765,10 +778,11 @@ std::string format_bench_json(const BenchResult& r) {
   const int n = r.options.streams;
   std::string engine, live;
   for (const auto& e : r.engine)
-    engine += fmt::format(R"({}{{"mode": {}, "frames": {}, "iterations": {}, "submit_cpu_us": {}, "fps": {}, )"
-                          R"("upload_us": {}, "kernels_us": {}, )"
+    engine += fmt::format(R"({}{{"mode": {}, "frames": {}, "outputs": {}, "iterations": {}, "submit_cpu_us": {}, )"
+                          R"("fps": {}, "upload_us": {}, "kernels_us": {}, )"
                           R"("latency_p50_ms": {}, "latency_p99_ms": {}}})",
-                          engine.empty() ? "" : ", ", json_string(e.mode), json_string(e.memory), e.iterations,
+                          engine.empty() ? "" : ", ", json_string(e.mode), json_string(e.memory),
+                          json_string(e.outputs), e.iterations,
                           json_number(e.submit_cpu_us), json_number(e.fps),
                           e.upload_us < 0 ? std::string("null") : json_number(e.upload_us), json_number(e.kernels_us),
                           json_number(e.latency_p50_ms), json_number(e.latency_p99_ms));

@@ -59,12 +59,13 @@ struct StreamMemory {
 struct EngineResult {
   std::string mode;                      //!< "graph", "stream"
   std::string memory;                    //!< "device" (frames on the GPU, as NVDEC's), "pinned" (uploaded)
+  std::string outputs;                   //!< "host" (downloaded, as for host sinks), "device" (left there, null sink)
   int iterations = 0;
   double submit_cpu_us = 0;              //!< thread CPU time in submit(), per frame
   double fps = 0;                        //!< frames per second of the loop (submit + complete)
   double upload_us = -1;                 //!< device time of the upload (median); -1: no upload
-  double kernels_us = 0;                 //!< device time, inputs on the device -> outputs in host memory (median)
-  double latency_p50_ms = 0, latency_p99_ms = 0;   //!< device events: start of the iteration -> outputs in host memory
+  double kernels_us = 0;                 //!< device time, inputs on the device -> outputs ready (median)
+  double latency_p50_ms = 0, latency_p99_ms = 0;   //!< device events: start of the iteration -> outputs ready
 };
 
 //! Host CPU time of one call on the submit path, measured alone (thread CPU time over many calls

@@ -140,7 +140,7 @@ void CudaExecutor::setup(const FrameInfo& frame, const ops::ColorParams& color, 
     slot.ready = make_slot_event(options_.record_times);
     slot.dev_in = {};   // on the first upload: pipelines decoding with NVDEC never need it
     slot.dev_out = cuda::alloc_device(std::max<size_t>(out_total, 1));
-    slot.host_out = cuda::alloc_pinned(slot.dev_out.size());
+    slot.host_out = options_.host_outputs ? cuda::alloc_pinned(slot.dev_out.size()) : cuda::PinnedBuffer{};
     slot.uploads = cuda::alloc_pinned(sizeof(UploadJob) * jobs);
     std::memset(slot.uploads.as(), 0, slot.uploads.size());
     slot.frames.assign(size_t(max_batch), FrameSlot{});
@@ -156,10 +156,10 @@ void CudaExecutor::setup_fused() {
     slot.fused.setup(frame_, plans_, max_batch_);
     if (control_) control_->attach(slot.fused);
     slot.outs.clear();
-    slot.host_outs.clear();
+    slot.done_outs.clear();
     for (const size_t offset : out_offsets_) {
       slot.outs.push_back(slot.dev_out.as() + offset);
-      slot.host_outs.push_back(slot.host_out.as() + offset);
+      slot.done_outs.push_back((options_.host_outputs ? slot.host_out.as() : slot.dev_out.as()) + offset);
     }
   }
   capture_graphs();
@@ -318,15 +318,14 @@ void CudaExecutor::enqueue_iteration(const Slot& slot, int frames, bool upload, 
   } else {
     slot.fused.run(stream);
   }
-  // The outputs of `frames` frames: all of dev_out for a full batch, else each output's first frames.
-  if (frames == max_batch_) {
-    cuda::check(cudaMemcpyAsync(slot.host_out.as(), slot.dev_out.as(), slot.dev_out.size(), cudaMemcpyDeviceToHost,
-                                stream),
-                "download outputs");
-  } else {
-    for (size_t k = 0; k < out_offsets_.size(); ++k)
+  // With host outputs, the download of `frames` frames: all of dev_out in one copy for a full
+  // batch, else each output's first frames (output 0 starts at offset 0).
+  if (options_.host_outputs) {
+    const bool whole = frames == max_batch_;
+    for (size_t k = 0; k < (whole ? 1 : out_offsets_.size()); ++k)
       cuda::check(cudaMemcpyAsync(slot.host_out.as() + out_offsets_[k], slot.dev_out.as() + out_offsets_[k],
-                                  out_bytes_[k] * size_t(frames), cudaMemcpyDeviceToHost, stream),
+                                  whole ? slot.dev_out.size() : out_bytes_[k] * size_t(frames),
+                                  cudaMemcpyDeviceToHost, stream),
                   "download outputs");
   }
   cuda::check(cudaEventRecordWithFlags(slot.ready, stream, record), "cudaEventRecord");
@@ -334,6 +333,8 @@ void CudaExecutor::enqueue_iteration(const Slot& slot, int frames, bool upload, 
 
 Completion CudaExecutor::complete(std::span<std::byte* const> outs) {
   if (in_flight_ == 0) throw DeviceError(name() + ": complete() without an iteration in flight");
+  if (!outs.empty() && !options_.host_outputs)
+    throw DeviceError(name() + ": complete() given host buffers, but the outputs stay in device memory");
   Slot& slot = ring_[oldest_];
   oldest_ = (oldest_ + 1) % ring_.size();
   --in_flight_;
@@ -343,7 +344,8 @@ Completion CudaExecutor::complete(std::span<std::byte* const> outs) {
     std::memcpy(outs[k], slot.host_out.as() + out_offsets_[k], out_bytes_[k] * size_t(slot.batch));
 
   Completion done;
-  done.outputs = outs.empty() ? std::span<std::byte* const>(slot.host_outs) : outs;
+  done.outputs = outs.empty() ? std::span<std::byte* const>(slot.done_outs) : outs;
+  done.on_device = !options_.host_outputs;
   if (options_.record_times) {
     if (const auto ms = elapsed_ms(slot.begun, slot.ready)) done.device_seconds = *ms * 1e-3;
     const auto at = [&](cudaEvent_t e) { return elapsed_ms(epoch_, e); };

@@ -8,10 +8,11 @@
 //!   their unified addresses (upload_kernel.hpp; the sources come from the slot's pinned job
 //!   block); Device frames (NVDEC surfaces) are read in place;
 //! - the parameter staging + fused kernel (with control: CudaControl::run, one launch per frame)
-//!   write the outputs into the slot's device output buffer, and the copy engine downloads them
-//!   into its pinned output buffer (one copy, or one per output for a partial batch); `ready` is
-//!   recorded. Not the kernels writing pinned memory through its unified address (the fused
-//!   kernel itself, or a copy kernel after it): NVDEC pipelines then ran 14-25 % slower on the
+//!   write the outputs into the slot's device output buffer, and, for sinks that read host memory
+//!   (CudaEngineOptions::host_outputs), the copy engine downloads them into its pinned output
+//!   buffer (one copy, or one per output for a partial batch); `ready` is recorded. Not the
+//!   kernels writing pinned memory through its unified address (the fused kernel itself, or a
+//!   copy kernel after it): NVDEC pipelines then ran 14-25 % slower on the
 //!   H200 (8 pipelines 2,338 vs 2,644-2,669 fps, one pipeline 455 vs 566-570; alternating runs of
 //!   one call). The copy node costs ~2 us of host time per submit (tests/bench/RESULTS.md,
 //!   session 7).
@@ -48,6 +49,11 @@ struct CudaEngineOptions {
   //! Keep the event times of the last completed iteration (last_times()) and report
   //! Completion::device_seconds: two more event nodes per iteration, for benchmarks.
   bool record_times = false;
+  //! Download the outputs into pinned host memory (what complete() hands out). False: they stay
+  //! in the slot's device memory and complete() hands out device addresses (Completion::on_device):
+  //! for sinks that read no outputs or read device memory. One copy node less per iteration
+  //! (~1.4 us of host time per submit on the H200 host) and no pinned outputs (host RSS).
+  bool host_outputs = true;
 };
 
 //! Device-clock times of one iteration, milliseconds since the executor's last setup().
@@ -87,8 +93,10 @@ class CudaExecutor final : public Executor {
   void submit(std::span<const ops::ImageView> frames, std::span<const FrameMemory> memory,
               std::span<const std::shared_ptr<const void>> owners) override;
   //! Waits for the oldest slot's `ready` event (polling), drops its frames and copies its outputs into
-  //! `outs`; with no `outs`, Completion::outputs points into the slot's pinned buffer instead. device_seconds only with
-  //! options.record_times (from the iteration's start; Host frames' copies not included).
+  //! `outs`; with no `outs`, Completion::outputs points into the slot's pinned buffer instead (its
+  //! device buffer without options.host_outputs, which throws DeviceError when given `outs`).
+  //! device_seconds only with options.record_times (from the iteration's start; Host frames'
+  //! copies not included).
   Completion complete(std::span<std::byte* const> outs) override;
   //! Attaches control to every slot's fused launch (waits for and discards iterations in
   //! flight; graphs are captured again). Throws ConfigError when `params` was planned for other outputs
@@ -106,18 +114,18 @@ class CudaExecutor final : public Executor {
  private:
   struct Slot {
     cuda::Event begun, times_input;                 //!< with record_times: the iteration began, its upload ended
-    //! The outputs are in host_out. A plain event that complete() polls: a blocking-sync one's
-    //! record node costs ~1 us more of each launch's host time (the bench's "submit path" lines,
-    //! tests/bench/RESULTS.md).
+    //! The outputs are in host_out (dev_out without host_outputs). A plain event that complete()
+    //! polls: a blocking-sync one's record node costs ~1 us more of each launch's host time (the
+    //! bench's "submit path" lines, tests/bench/RESULTS.md).
     cuda::Event ready;
     cuda::DeviceBuffer dev_in;
     cuda::DeviceBuffer dev_out;                     //!< the outputs, written by the kernels
-    cuda::PinnedBuffer host_out;                    //!< the same layout, downloaded from dev_out
+    cuda::PinnedBuffer host_out;                    //!< the same layout, downloaded from dev_out (host_outputs only)
     cuda::PinnedBuffer uploads;                     //!< UploadJob per plane of the batch
     FusedPreprocess fused;
     std::vector<FrameSlot> frames;                  //!< max_batch of them
     std::vector<void*> outs;                        //!< per fused output: its tensor of frame 0 (in dev_out)
-    std::vector<std::byte*> host_outs;              //!< the same addresses, as complete() hands them out
+    std::vector<std::byte*> done_outs;              //!< per output: what complete() hands out (host_out's, or outs)
     //! [batch size - 1][uploads]: captured iterations; an empty exec: launch call by call
     std::vector<std::array<cuda::CapturedGraph, 2>> graphs;
     std::vector<std::shared_ptr<const void>> owners;   //!< the frames of the iteration in flight

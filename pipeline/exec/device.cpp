@@ -65,11 +65,13 @@ DeviceSpec resolve_device(const DeviceSpec& want, const CudaProbe& probe) {
   return want;
 }
 
-std::unique_ptr<Executor> make_executor(const DeviceSpec& device, int cpu_threads) {
+std::unique_ptr<Executor> make_executor(const DeviceSpec& device, int cpu_threads, bool host_outputs) {
 #if FRAMEFUSE_HAVE_CUDA
-  if (device.kind == DeviceKind::Cuda) return std::make_unique<CudaExecutor>(device.index);
+  if (device.kind == DeviceKind::Cuda)
+    return std::make_unique<CudaExecutor>(device.index, CudaEngineOptions{.host_outputs = host_outputs});
 #endif
   if (device.kind == DeviceKind::Cuda) throw DeviceError("this build has no CUDA backend");
+  (void)host_outputs;   // the CPU executor writes host memory, where the caller's buffers are
   return make_cpu_executor(cpu_threads);
 }
 

@@ -37,8 +37,10 @@ std::vector<GpuMemory> gpu_memory(std::span<const int32_t> devices);
 //! Throws DeviceError when Cuda is requested but not available.
 DeviceSpec resolve_device(const DeviceSpec& want, const CudaProbe& probe);
 
-//! An executor for a resolved device. `cpu_threads` 0 = all hardware threads.
-std::unique_ptr<Executor> make_executor(const DeviceSpec& device, int cpu_threads = 0);
+//! An executor for a resolved device. `cpu_threads` 0 = all hardware threads. `host_outputs`
+//! false: a CUDA executor leaves the outputs in device memory (Completion::on_device), for sinks
+//! that read none (reads_host_outputs()); the CPU executor writes host memory either way.
+std::unique_ptr<Executor> make_executor(const DeviceSpec& device, int cpu_threads = 0, bool host_outputs = true);
 
 //! "cpu", "cuda:0"
 std::string to_string(const DeviceSpec& d);

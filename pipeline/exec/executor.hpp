@@ -17,13 +17,16 @@ namespace framefuse {
 //! What complete() reports about the batch it completed.
 struct Completion {
   //! Seconds from the batch's start on the device (the first upload, or for Device frames the
-  //! decoder's copy) to its outputs being in host memory, from device events; nullopt where the
-  //! backend does not measure it (then only the caller's clock tells).
+  //! decoder's copy) to its outputs being in host memory (written, when on_device), from device
+  //! events; nullopt where the backend does not measure it (then only the caller's clock tells).
   std::optional<double> device_seconds;
   //! Output k of the batch's frame 0 at outputs[k] (frame b at + b * bytes_per_frame): the
   //! caller's `outs`, or, when complete() got none from a caller of an executor that keeps_outputs(),
   //! the executor's own memory, valid until the next submit(). Empty when neither.
   std::span<std::byte* const> outputs;
+  //! `outputs` are device addresses: an executor that leaves them in device memory (made for
+  //! sinks that do not read host memory, make_executor()).
+  bool on_device = false;
 };
 
 //! Runs every planned output of a pipeline over batches of decoded frames.

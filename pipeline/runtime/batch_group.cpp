@@ -181,6 +181,7 @@ void BatchGroup::Shared::launch(std::vector<Waiting> batch) {
     if (!current || !(current->frame == info) || current->outputs != first.outputs || !(current->color == first.color)) {
       while (!in_flight.empty()) complete_oldest();
       current.reset();
+      // Members attach with sinks of any kind, so a group always downloads its outputs.
       if (!executor) executor = make_executor(device, cpu_threads);
       plans = make_output_plans(first, info);
       executor->setup(info, make_color_params(first.color, info), plans, spec.max_batch);

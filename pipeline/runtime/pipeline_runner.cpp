@@ -301,7 +301,7 @@ void PipelineRunner::start() {
       stats_.observe_frame(f.decoded_at, f.call, done.device_seconds);
     };
     try {
-      executor = make_executor(device_, cpu_threads_);
+      executor = make_executor(device_, cpu_threads_, reads_host_outputs(spec_.sink));
       while (true) {
         std::optional<DecodedFrame> frame = in_flight.empty() ? impl_->queue.pop() : impl_->queue.try_pop();
         if (!frame) {

@@ -14,6 +14,8 @@ class NullSink final : public Sink {
 
 }  // namespace
 
+bool reads_host_outputs(const SinkSpec& spec) { return spec.kind != SinkKind::Null; }
+
 std::unique_ptr<Sink> make_sink(const SinkSpec& spec, std::span<const OutputPlan> plans, const std::string& pipeline) {
   switch (spec.kind) {
     case SinkKind::Null: return std::make_unique<NullSink>();

@@ -23,7 +23,8 @@ class Sink {
  public:
   virtual ~Sink() = default;
   //! One frame: outputs[k] points at output k's tensor, plans[k].bytes_per_frame bytes, host memory
-  //! that only has to stay valid during the call. Throws SinkError.
+  //! that only has to stay valid during the call (device addresses, not to be read, for a sink
+  //! whose spec !reads_host_outputs()). Throws SinkError.
   virtual void write(int64_t frame_index, std::span<const std::byte* const> outputs) = 0;
   //! The control record (statistics, gains, crop windows, health) that came with frame
   //! `frame_index`; `record.iteration` says which frame it was measured on. Sinks that keep no
@@ -32,6 +33,10 @@ class Sink {
   //! Completes everything written so far (partial stacked files are finished). Throws SinkError.
   virtual void flush() = 0;
 };
+
+//! Whether the sink `spec` asks for reads the output tensors from host memory. False for the null
+//! sink: its pipelines leave their outputs in device memory (no download per frame).
+bool reads_host_outputs(const SinkSpec& spec);
 
 //! The sink `spec` asks for, for outputs planned as `plans` (copied). Throws ConfigError naming
 //! `pipeline` for specs no sink can honour, SinkError when the output folders cannot be created.

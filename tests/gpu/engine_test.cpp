@@ -1,9 +1,9 @@
 //! The asynchronous CUDA executor (ring of in-flight iterations): graph replay, stream launches and
 //! the CPU executor give the same outputs for the same frames, whatever memory the frames are in
 //! and however many iterations are in flight; control runs its iterations in frame order in both
-//! modes; device frames written on the executor's frames stream are read after the write without
-//! an event; frames are released once the device is done with them, also when the executor goes
-//! away with frames in flight; batches of every size give every output of their frames.
+//! modes; outputs left in device memory (null sink) hold what a host sink downloads; frames are
+//! released once the device is done with them, also when the executor goes away with frames in
+//! flight; batches of every size give every output of their frames.
 #include <gtest/gtest.h>
 #include <spdlog/fmt/fmt.h>
 
@@ -85,19 +85,25 @@ using Outputs = std::vector<std::vector<std::byte>>;   // per output, one frame
 
 //! Every frame through `exec` (set up already), keeping the ring full: frame i is submitted
 //! before frame i - in_flight completes; `host`: every frame from host memory (the CPU executor),
-//! else in the memory kind Frames::memory(i) says. Checks each owner is dropped by the time its
-//! frame completed. Returns the outputs per frame, and the control record after each.
+//! else in the memory kind Frames::memory(i) says. `on_device`: the executor leaves its outputs in
+//! device memory (CudaEngineOptions::host_outputs false); they are read back from the addresses
+//! complete() hands out. Checks each owner is dropped by the time its frame completed. Returns the
+//! outputs per frame, and the control record after each.
 struct EngineRun {
   std::vector<Outputs> outputs;
   std::vector<std::optional<control::ControlRecord>> records;
 };
-EngineRun run_all(const Frames& f, Executor& exec, std::span<const OutputPlan> plans, bool host = false) {
+EngineRun run_all(const Frames& f, Executor& exec, std::span<const OutputPlan> plans, bool host = false,
+                  bool on_device = false) {
   EngineRun run;
   std::vector<std::weak_ptr<const void>> owners;
   int completed = 0;
   const auto complete_one = [&] {
     auto out = poisoned_outputs(plans, 1);
-    exec.complete(pointers(out));
+    const Completion done = exec.complete(on_device ? std::span<std::byte* const>{} : pointers(out));
+    EXPECT_EQ(done.on_device, on_device);
+    for (size_t k = 0; on_device && k < plans.size(); ++k)
+      EXPECT_EQ(cudaMemcpy(out[k].data(), done.outputs[k], out[k].size(), cudaMemcpyDeviceToHost), cudaSuccess);
     EXPECT_TRUE(owners[size_t(completed)].expired()) << "frame " << completed << " still held after complete()";
     run.outputs.push_back(std::move(out));
     run.records.push_back(exec.control_record());
@@ -214,6 +220,35 @@ TEST(Engine, ControlRunsInFrameOrderInBothModes) {
     EXPECT_EQ(r.records.back()->iteration + 1, uint64_t(kFrames)) << "one control iteration per frame";
   }
   EXPECT_NE(runs[0].records.back()->out[0].gain, 1.f) << "auto_gain never moved: the test could not see order";
+}
+
+TEST(Engine, OutputsLeftInDeviceMemoryHoldWhatAHostSinkDownloads) {
+  // A pipeline whose sink reads no outputs (the null sink) leaves them on the device: complete()
+  // hands out the slot's device addresses, which must hold the bytes a host sink's download gets.
+  const Frames f = make_frames();
+  const auto plans = plans_for(f.info);
+  const ops::ColorParams color = make_color_params(ColorSpec{}, f.info);
+  for (const bool graphs : {true, false}) {
+    SCOPED_TRACE(graphs ? "graphs" : "stream launches");
+    CudaExecutor host(0, {.in_flight = 2, .graphs = graphs});
+    CudaExecutor device(0, {.in_flight = 2, .graphs = graphs, .host_outputs = false});
+    host.setup(f.info, color, plans, 1);
+    device.setup(f.info, color, plans, 1);
+    const EngineRun downloaded = run_all(f, host, plans);
+    const EngineRun kept = run_all(f, device, plans, false, true);
+    for (int i = 0; i < kFrames; ++i)
+      for (size_t k = 0; k < plans.size(); ++k)
+        EXPECT_TRUE(same_bytes(kept.outputs[size_t(i)][k], downloaded.outputs[size_t(i)][k]))
+            << "frame " << i << " output " << plans[k].name;
+    // Host buffers cannot be filled from outputs that stay on the device; the batch stays in flight.
+    const ops::ImageView view = f.view(1);
+    const FrameMemory memory = Frames::memory(1);
+    device.submit({&view, 1}, {&memory, 1}, {});
+    auto out = poisoned_outputs(plans, 1);
+    EXPECT_THROW(device.complete(pointers(out)), DeviceError);
+    EXPECT_EQ(device.in_flight(), 1);
+    EXPECT_TRUE(device.complete({}).on_device);
+  }
 }
 
 //! The upload kernel moves 16-byte words where every address, pitch and row length allows, else

@@ -230,6 +230,9 @@ TEST(NpySink, NullSinkWritesNothing) {
   sink->write(0, ptrs);
   sink->flush();
   EXPECT_FALSE(fs::exists(dir.path / "out"));
+  EXPECT_FALSE(reads_host_outputs(spec)) << "its pipelines need not download their outputs";
+  spec.kind = SinkKind::Npy;
+  EXPECT_TRUE(reads_host_outputs(spec));
 }
 
 TEST(NpySink, BadSpecsAreConfigErrorsNamingThePipeline) {
