@@ -393,7 +393,8 @@ std::vector<EngineResult> engine_bench(const BenchOptions& o, const DeviceSpec& 
   for (const bool graphs : {true, false}) {
     for (const auto& [memory, host_outputs] : kCases) {
       const auto& frames = memory == FrameMemory::Device ? on_device : pinned;
-      EngineResult r = engine_run(device, info, spec, frames, memory, host_outputs, graphs, kIterations, false, timer_us);
+      EngineResult r =
+          engine_run(device, info, spec, frames, memory, host_outputs, graphs, kIterations, false, timer_us);
       const EngineResult timed =
           engine_run(device, info, spec, frames, memory, host_outputs, graphs, kTimed, true, timer_us);
       r.upload_us = timed.upload_us;
