@@ -57,7 +57,7 @@ PipelineSnapshot known_pipeline(std::string name, uint64_t base) {
   p.queue_wait.sum_s = 0.5;
   for (size_t i = 0; i < p.submit.counts.size(); ++i) p.submit.counts[i] = base + 2 + i % 3;
   p.submit.sum_s = 0.25;
-  p.submit_cpu_s = (59.0 + double(base)) / 4096;   // 2^-12 s per submit of `submit`'s 59 when base = 0
+  p.submit_cpu_s = (68.0 + double(base)) / 4096;   // 2^-12 s per submit of `submit`'s 68 when base = 0
   p.pool_in_use = int64_t(base) + 6;
   p.pool_capacity = int64_t(base) + 16;
   p.decoder = "cpu";
@@ -226,10 +226,10 @@ TEST(StatusJson, PoolDecoderOutputsAndGpus) {
 TEST(StatusJson, LatencyQueueWaitAndSubmitCountSumMean) {
   const PipelineSnapshot p = known_pipeline("lobby", 0);
   const std::string j = render_status_json(known_daemon(), std::span(&p, 1));
-  EXPECT_NE(j.find(R"("latency":{"count":390,"sum_s":1.75,"mean_s":0.004487179487179487},)"
-                   R"("queue_wait":{"count":400,"sum_s":0.5,"mean_s":0.00125},)"
-                   R"("submit":{"count":59,"sum_s":0.25,"mean_s":0.00423728813559322},)"
-                   R"("submit_cpu":{"sum_s":0.014404296875,"mean_s":0.000244140625},)"),
+  EXPECT_NE(j.find(R"("latency":{"count":483,"sum_s":1.75,"mean_s":0.0036231884057971015},)"
+                   R"("queue_wait":{"count":529,"sum_s":0.5,"mean_s":0.000945179584120983},)"
+                   R"("submit":{"count":68,"sum_s":0.25,"mean_s":0.003676470588235294},)"
+                   R"("submit_cpu":{"sum_s":0.0166015625,"mean_s":0.000244140625},)"),
             std::string::npos)
       << j;
 }
@@ -237,12 +237,12 @@ TEST(StatusJson, LatencyQueueWaitAndSubmitCountSumMean) {
 TEST(PipelineStats, ObservesLatencyQueueWaitAndSubmitIntoTheirBuckets) {
   PipelineStats stats;
   stats.observe_latency(0.00025, 0.00005, 0.000004, 0.000003);   // buckets le 0.0003, le 0.0001 and le 0.0001
-  stats.observe_latency(0.004, 0.0012, 0.003, 0.00004);          // le 0.005, le 0.0015 and le 0.005
+  stats.observe_latency(0.004, 0.0012, 0.003, 0.00004);          // le 0.004, le 0.0015 and le 0.003
   stats.observe_latency(30.0, 0.0, 0.0006, 0.000011);            // above the last bound, le 0.0001 and le 0.00075
   const PipelineSnapshot s = stats.snapshot();
   EXPECT_EQ(s.latency.count(), 3u);
   EXPECT_EQ(s.latency.counts[2], 1u);
-  EXPECT_EQ(s.latency.counts[8], 1u);
+  EXPECT_EQ(s.latency.counts[10], 1u);
   EXPECT_EQ(s.latency.counts.back(), 1u);
   EXPECT_NEAR(s.latency.sum_s, 30.00425, 1e-9);
   EXPECT_EQ(s.queue_wait.counts[0], 2u);
@@ -251,7 +251,7 @@ TEST(PipelineStats, ObservesLatencyQueueWaitAndSubmitIntoTheirBuckets) {
   EXPECT_EQ(s.submit.count(), 3u);
   EXPECT_EQ(s.submit.counts[0], 1u);
   EXPECT_EQ(s.submit.counts[4], 1u);
-  EXPECT_EQ(s.submit.counts[8], 1u);
+  EXPECT_EQ(s.submit.counts[9], 1u);
   EXPECT_NEAR(s.submit.sum_s, 0.003604, 1e-9);
   EXPECT_NEAR(s.submit_cpu_s, 0.000054, 1e-9);
   const LatencyHistogram before = s.latency;
@@ -281,9 +281,9 @@ TEST(Metrics, HistogramIsCumulativeWithSumAndCount) {
   const std::string m = render_metrics(known_daemon(), std::span(&p, 1));
   // Per-bucket counts are 10, 11, ..., 29 (last = +Inf): cumulative 10, 21, 33, ...
   uint64_t cumulative = 0;
-  const char* le[] = {"0.0001", "0.0002", "0.0003", "0.0005", "0.00075", "0.001", "0.0015",
-                      "0.002",  "0.005",  "0.01",   "0.02",   "0.05",    "0.1",   "0.2",
-                      "0.5",    "1",      "2",      "5",      "10",      "+Inf"};
+  const char* le[] = {"0.0001", "0.0002", "0.0003", "0.0005", "0.00075", "0.001", "0.0015", "0.002",
+                      "0.0025", "0.003",  "0.004",  "0.005",  "0.01",    "0.02",  "0.05",   "0.1",
+                      "0.2",    "0.5",    "1",      "2",      "5",       "10",    "+Inf"};
   ASSERT_EQ(std::size(le), p.latency.counts.size());
   for (size_t i = 0; i < p.latency.counts.size(); ++i) {
     cumulative += 10 + i;
@@ -291,25 +291,25 @@ TEST(Metrics, HistogramIsCumulativeWithSumAndCount) {
                                 le[i] + "\"} " + std::to_string(cumulative)))
         << le[i] << "\n" << m;
   }
-  EXPECT_EQ(cumulative, 10u * 20 + 190);
+  EXPECT_EQ(cumulative, 10u * 23 + 253);
   EXPECT_TRUE(has_line(m, R"(framefuse_decode_to_output_seconds_sum{pipeline="lobby"} 1.75)")) << m;
-  EXPECT_TRUE(has_line(m, R"(framefuse_decode_to_output_seconds_count{pipeline="lobby"} 390)")) << m;
+  EXPECT_TRUE(has_line(m, R"(framefuse_decode_to_output_seconds_count{pipeline="lobby"} 483)")) << m;
   EXPECT_TRUE(has_line(m, "# TYPE framefuse_decode_to_output_seconds histogram")) << m;
-  // The wait before the submit, the same way: counts 1, 3, 5, ..., 39.
+  // The wait before the submit, the same way: counts 1, 3, 5, ..., 45.
   EXPECT_TRUE(has_line(m, "# TYPE framefuse_queue_wait_seconds histogram")) << m;
   EXPECT_TRUE(has_line(m, R"(framefuse_queue_wait_seconds_bucket{pipeline="lobby",le="0.0003"} 9)")) << m;
-  EXPECT_TRUE(has_line(m, R"(framefuse_queue_wait_seconds_bucket{pipeline="lobby",le="+Inf"} 400)")) << m;
+  EXPECT_TRUE(has_line(m, R"(framefuse_queue_wait_seconds_bucket{pipeline="lobby",le="+Inf"} 529)")) << m;
   EXPECT_TRUE(has_line(m, R"(framefuse_queue_wait_seconds_sum{pipeline="lobby"} 0.5)")) << m;
-  EXPECT_TRUE(has_line(m, R"(framefuse_queue_wait_seconds_count{pipeline="lobby"} 400)")) << m;
-  // The submit call's: counts 2, 3, 4, 2, 3, 4, ... (20 buckets: 59 in all).
+  EXPECT_TRUE(has_line(m, R"(framefuse_queue_wait_seconds_count{pipeline="lobby"} 529)")) << m;
+  // The submit call's: counts 2, 3, 4, 2, 3, 4, ... (23 buckets: 68 in all).
   EXPECT_TRUE(has_line(m, "# TYPE framefuse_submit_seconds histogram")) << m;
   EXPECT_TRUE(has_line(m, R"(framefuse_submit_seconds_bucket{pipeline="lobby",le="0.0005"} 11)")) << m;
-  EXPECT_TRUE(has_line(m, R"(framefuse_submit_seconds_bucket{pipeline="lobby",le="+Inf"} 59)")) << m;
+  EXPECT_TRUE(has_line(m, R"(framefuse_submit_seconds_bucket{pipeline="lobby",le="+Inf"} 68)")) << m;
   EXPECT_TRUE(has_line(m, R"(framefuse_submit_seconds_sum{pipeline="lobby"} 0.25)")) << m;
-  EXPECT_TRUE(has_line(m, R"(framefuse_submit_seconds_count{pipeline="lobby"} 59)")) << m;
+  EXPECT_TRUE(has_line(m, R"(framefuse_submit_seconds_count{pipeline="lobby"} 68)")) << m;
   // The host CPU of those calls: a counter beside the histogram.
   EXPECT_TRUE(has_line(m, "# TYPE framefuse_submit_cpu_seconds_total counter")) << m;
-  EXPECT_TRUE(has_line(m, R"(framefuse_submit_cpu_seconds_total{pipeline="lobby"} 0.014404296875)")) << m;
+  EXPECT_TRUE(has_line(m, R"(framefuse_submit_cpu_seconds_total{pipeline="lobby"} 0.0166015625)")) << m;
 }
 
 TEST(Metrics, AgeIsAbsentBeforeTheFirstFrame) {
