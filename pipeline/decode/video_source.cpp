@@ -305,7 +305,7 @@ struct VideoSource::Impl {
     try {
       new_context(*dec, st);
       codec->hw_device_ctx = cuda_decode_device(opts.cuda_device);
-      copies = std::make_unique<LegacyStreamFence>(opts.cuda_device);
+      if (!copies) copies = std::make_unique<LegacyStreamFence>(opts.cuda_device);   // one per source: reopens keep it
     } catch (const MediaError& e) {
       codec.reset();
       return e.what();
