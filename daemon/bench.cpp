@@ -13,6 +13,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -167,6 +168,7 @@ struct PipelinesRun {
   //! Paced sources: the most any stream's last frame came after its due time (first frame +
   //! (frames - 1) / fps), seconds; the first frame is seen by polling every 10 ms.
   double late_s = 0;
+  int32_t together = 0;     //!< paced sources: LiveTrial::together
 };
 
 //! Runs `specs` (file sources, max_frames set) to their end, in parallel. Throws when one fails.
@@ -198,9 +200,11 @@ PipelinesRun run_pipelines(const std::vector<PipelineSpec>& specs, const DeviceS
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   PipelinesRun run;
+  std::vector<int64_t> last_ns;
   for (size_t i = 0; i < runners.size(); ++i) {
     PipelineRunner& runner = *runners[i];
     runner.join();   // file sources end after max_frames; join returns once the queue drained
+    last_ns.push_back(runner.stats().last_frame_ns.load());
     const PipelineSnapshot s = runner.stats().snapshot();
     if (s.state == SourceState::Failed)
       throw std::runtime_error(fmt::format("pipeline '{}': {}", runner.spec().name, s.last_error));
@@ -219,6 +223,7 @@ PipelinesRun run_pipelines(const std::vector<PipelineSpec>& specs, const DeviceS
     run.decoder = s.decoder;
     run.frame = s.frame;
   }
+  if (fps > 0) run.together = due_together(last_ns, fps, 1e-3);
   return run;
 }
 
@@ -548,6 +553,7 @@ LiveTrial live_trial(const BenchOptions& o, const DeviceSpec& device, int stream
   t.queue_wait_p99_s = latency_quantile(run.queue_wait.counts, 0.99);
   t.submit_p99_s = latency_quantile(run.submit.counts, 0.99);
   t.submit_cpu_us = run.submit_cpu_us();
+  t.together = run.together;
   t.latency_frames = run.latency.count();
   t.latency_mean_s = run.latency.mean_s().value_or(0);
   // A live source queues kLiveSlackFrames frames before it drops: later than that would have
@@ -583,6 +589,22 @@ void live_search(const BenchOptions& o, const DeviceSpec& device, double fps, co
 }
 
 }  // namespace
+
+int32_t due_together(std::span<const int64_t> last_ns, double fps, double window_s) {
+  const double period_ns = 1e9 / fps;
+  std::vector<double> phase;
+  for (const int64_t t : last_ns) phase.push_back(std::fmod(double(t), period_ns));
+  int32_t most = 0;
+  for (const double a : phase) {
+    int32_t n = 0;
+    for (const double b : phase) {
+      const double d = std::fabs(a - b);
+      n += std::min(d, period_ns - d) <= 0.5e9 * window_s ? 1 : 0;
+    }
+    most = std::max(most, n);
+  }
+  return most;
+}
 
 double latency_quantile(const std::array<uint64_t, kLatencyBuckets.size() + 1>& counts, double q) {
   uint64_t total = 0;
@@ -756,15 +778,16 @@ std::string format_bench_table(const BenchResult& r) {
                          m.growth.rss_mib);
   }
   if (!r.live.empty()) {
-    out += fmt::format("\nreal time ({} s trials, clip paced at its frame rate; latency of each stream's frames "
-                       "after its first {:g} s, bucket bounds, and the exact mean):\n",
+    out += fmt::format("\nreal time ({} s trials, clip paced at its frame rate; together: the most streams whose "
+                       "frames fell due within 1 ms; latency of each stream's frames after its first {:g} s, bucket "
+                       "bounds, and the exact mean):\n",
                        r.options.live_seconds, kLatencySettleS);
-    out += fmt::format("{:>8}{:>6}{:>10}{:>9}{:>10}{:>30}{:>10}{:>16}{:>16}{:>14}{:>12}{:>12}\n", "streams", "held",
-                       "frames", "dropped", "late ms", "latency p50 / p99", "mean ms", "wait p99", "submit p99",
-                       "submit CPU us", "GPU MiB/st", "RSS MiB/st");
+    out += fmt::format("{:>8}{:>6}{:>10}{:>9}{:>10}{:>10}{:>30}{:>10}{:>16}{:>16}{:>14}{:>12}{:>12}\n", "streams",
+                       "held", "frames", "dropped", "late ms", "together", "latency p50 / p99", "mean ms", "wait p99",
+                       "submit p99", "submit CPU us", "GPU MiB/st", "RSS MiB/st");
     for (const auto& t : r.live)
-      out += fmt::format("{:>8}{:>6}{:>10}{:>9}{:>10.1f}{:>30}{:>10.3f}{:>16}{:>16}{:>14.1f}{:>12}{:>12.1f}\n",
-                         t.streams, t.held ? "yes" : "no", t.frames, t.dropped, 1e3 * t.late_s,
+      out += fmt::format("{:>8}{:>6}{:>10}{:>9}{:>10.1f}{:>10}{:>30}{:>10.3f}{:>16}{:>16}{:>14.1f}{:>12}{:>12.1f}\n",
+                         t.streams, t.held ? "yes" : "no", t.frames, t.dropped, 1e3 * t.late_s, t.together,
                          latency_text(t.latency_p50_s) + " / " + latency_text(t.latency_p99_s), 1e3 * t.latency_mean_s,
                          latency_text(t.queue_wait_p99_s), latency_text(t.submit_p99_s), t.submit_cpu_us,
                          t.memory.gpu_mib < 0 ? std::string("-") : fmt::format("{:.1f}", t.memory.gpu_mib),
@@ -798,10 +821,11 @@ std::string format_bench_json(const BenchResult& r) {
                              json_number(m.growth.rss_mib));
   for (const auto& t : r.live)
     live += fmt::format(R"({}{{"streams": {}, "held": {}, "seconds": {}, "frames": {}, "dropped": {}, "late_ms": {}, )"
+                        R"("due_together": {}, )"
                         R"("latency_p50_ms": {}, "latency_p99_ms": {}, "latency_mean_ms": {}, "latency_frames": {}, )"
                         R"("queue_wait_p99_ms": {}, "submit_p99_ms": {}, "submit_cpu_us": {}, "memory_per_stream": {}}})",
                         live.empty() ? "" : ", ", t.streams, t.held ? "true" : "false", json_number(t.seconds),
-                        t.frames, t.dropped, json_number(1e3 * t.late_s), json_number(1e3 * t.latency_p50_s),
+                        t.frames, t.dropped, json_number(1e3 * t.late_s), t.together, json_number(1e3 * t.latency_p50_s),
                         json_number(1e3 * t.latency_p99_s), json_number(1e3 * t.latency_mean_s), t.latency_frames,
                         json_number(1e3 * t.queue_wait_p99_s), json_number(1e3 * t.submit_p99_s),
                         json_number(t.submit_cpu_us), memory_json(t.memory));

@@ -16,6 +16,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -97,6 +98,10 @@ struct LiveTrial {
   double queue_wait_p99_s = 0;           //!< the part of it before the submit (queue, ring slot), bucket bound
   double submit_p99_s = 0;               //!< the part of it in the submit call, bucket bound
   double submit_cpu_us = 0;              //!< host CPU of the submit call per frame (the same frames)
+  //! The most streams whose frames fell due within 1 ms of each other (each stream's last frame
+  //! time modulo the frame interval): how much the streams' frames bunch up (their phases come from
+  //! when each one's first frame was decoded).
+  int32_t together = 0;
   StreamMemory memory;                   //!< per stream, against the 1-stream run of the pipeline phase
 };
 
@@ -133,6 +138,10 @@ struct BenchResult {
   double ceiling_fps() const { return std::max(decode.fps(), decode_again.fps()); }
   double ratio() const { return ceiling_fps() > 0 ? pipeline.fps() / ceiling_fps() : 0; }
 };
+
+//! The most of the streams whose frames fall due within `window_s` seconds of each other, from their
+//! last frames' times (steady clock, ns) modulo the frame interval 1 / `fps` (LiveTrial::together).
+int32_t due_together(std::span<const int64_t> last_ns, double fps, double window_s);
 
 //! Runs both phases. Throws std::invalid_argument for bad usage (no such clip, nvdec on a CPU
 //! device), DeviceError when the device is not available, MediaError / std::runtime_error when a

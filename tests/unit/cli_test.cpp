@@ -43,7 +43,7 @@ TEST(Cli, BenchDefaults) {
 
 TEST(Cli, BenchEveryOption) {
   const auto o = parse_cli({"bench", "--streams", "8", "--frames", "1200", "--decoder", "nvdec", "--device", "cuda:2",
-                            "--json", "r.json", "--clip", "/data/x.mkv"});
+                            "--json", "r.json", "--clip", "/data/x.mkv", "--live", "64", "--live-seconds", "3"});
   EXPECT_EQ(o.command, Command::Bench);
   EXPECT_EQ(o.bench.clip, "/data/x.mkv");
   EXPECT_EQ(o.bench.streams, 8);
@@ -51,6 +51,8 @@ TEST(Cli, BenchEveryOption) {
   EXPECT_EQ(o.bench.decoder, DecoderKind::Nvdec);
   EXPECT_EQ(o.bench.device, (DeviceSpec{DeviceKind::Cuda, 2}));
   EXPECT_EQ(o.bench.json_path, "r.json");
+  EXPECT_EQ(o.bench.live_streams, 64);
+  EXPECT_EQ(o.bench.live_seconds, 3);
 }
 
 TEST(Cli, BenchDecoderAndDeviceNames) {
@@ -146,6 +148,23 @@ TEST(BenchLatency, SingleBucket) {
     EXPECT_EQ(latency_quantile(c, 0.5), kLatencyBuckets[b]) << b;
     EXPECT_EQ(latency_quantile(c, 0.99), kLatencyBuckets[b]) << b;
   }
+}
+
+TEST(BenchLive, StreamsDueTogetherCountsPhasesModuloTheFrameInterval) {
+  constexpr double kFps = 25;                // 40 ms interval
+  constexpr int64_t kMs = 1'000'000;
+  const int64_t base = 987'654'321'000;      // a steady-clock time, ns
+  // Aligned: whole intervals apart (different frames, the same phase), or 0.3 ms off.
+  const std::vector<int64_t> aligned{base, base + 40 * kMs, base + 400 * kMs + 300'000, base - 80 * kMs};
+  EXPECT_EQ(due_together(aligned, kFps, 1e-3), 4);
+  // Spread: phases 0, 10, 20, 30 ms of the interval.
+  const std::vector<int64_t> spread{base, base + 50 * kMs, base + 100 * kMs, base + 150 * kMs};
+  EXPECT_EQ(due_together(spread, kFps, 1e-3), 1);
+  // Across the interval's wrap: 39.8 ms and 0.1 ms after a due time are 0.3 ms apart.
+  const int64_t due = 1'000 * 40 * kMs;     // a multiple of the interval
+  const std::vector<int64_t> wrap{due + 39'800'000, due + 100'000, due + 20 * kMs};
+  EXPECT_EQ(due_together(wrap, kFps, 1e-3), 2);
+  EXPECT_EQ(due_together({}, kFps, 1e-3), 0);
 }
 
 }  // namespace
