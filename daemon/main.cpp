@@ -10,6 +10,7 @@
 #include "daemon/app.hpp"
 #include "daemon/bench.hpp"
 #include "daemon/cli.hpp"
+#include "daemon/crash_report.hpp"
 #include "daemon/logging.hpp"
 #include "daemon/version.hpp"
 #include "pipeline/decode/ffmpeg_log.hpp"
@@ -52,6 +53,7 @@ int bench(const framefuse::daemon::BenchOptions& options) {
 
 int main(int argc, char** argv) {
   namespace ff = framefuse;
+  ff::daemon::install_crash_report();
   ff::daemon::CliOptions cli;
   try {
     cli = ff::daemon::parse_cli(std::vector<std::string>(argv + 1, argv + argc));
