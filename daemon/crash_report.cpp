@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <array>
-#include <cstdlib>
 
 namespace framefuse::daemon {
 namespace {
