@@ -168,7 +168,9 @@ constexpr int32_t kDenseSpan = 2;
 
 //! The row loops get an AVX2 clone beside the baseline (SSE2) one, chosen when the program loads
 //! (no -march: hosts differ). AVX2 brings no FMA, and contraction is off: same values either way.
-#if defined(__x86_64__) && defined(__GNUC__)
+//! Not under ThreadSanitizer: the clones' resolver runs while the program loads, before TSan's
+//! runtime, and crashes there.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_THREAD__)
 #define FF_ROW_LOOP [[gnu::target_clones("avx2", "default")]]
 #else
 #define FF_ROW_LOOP
