@@ -7,9 +7,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <random>
 #include <regex>
+#include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <spdlog/fmt/fmt.h>
@@ -143,6 +146,62 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{SpsCodec::Hevc, "ref=1:bframes=0", "hevc"},
                       Case{SpsCodec::Hevc, "ref=4:bframes=4", "ts"}),
     [](const ::testing::TestParamInfo<Case>& info) { return fmt::format("case{}", info.index); });
+
+//! Parameter sets come from the network (RTSP cameras) and from files: whatever the bytes, a count in
+//! [0, 16] or -1, never a crash, a hang or a read outside them (the ASan lane runs this test too).
+//! Seeded mutations of real parameter sets (bits flipped, bytes replaced, cut or extended), then
+//! random bytes, each read as an SPS, as Annex B and as an avcC / hvcC record.
+TEST(ParameterSetsFuzz, AnyBytesGiveACountOrMinusOne) {
+  // libx264 / libx265 (208x120, ref=3:bframes=2) SPS NAL units, as find_sps() returns them.
+  const std::vector<uint8_t> h264{0x67, 0x64, 0x00, 0x0b, 0xac, 0xd9, 0x43, 0x44, 0x7e, 0x5c, 0x04, 0x40, 0x00,
+                                  0x00, 0x03, 0x00, 0x40, 0x00, 0x00, 0x05, 0x03, 0xc5, 0x0a, 0x65, 0x80};
+  const std::vector<uint8_t> hevc{0x42, 0x01, 0x01, 0x01, 0x60, 0x00, 0x00, 0x03, 0x00, 0x90, 0x00, 0x00, 0x03, 0x00,
+                                  0x00, 0x03, 0x00, 0x1e, 0xa0, 0x1a, 0x20, 0x79, 0x65, 0x95, 0x92, 0x49, 0x32, 0xbc,
+                                  0x05, 0xa0, 0x20, 0x00, 0x00, 0x03, 0x00, 0x20, 0x00, 0x00, 0x03, 0x01, 0x41};
+  // As FFmpeg's trace_headers reads them: max_num_ref_frames 4; sps_max_dec_pic_buffering_minus1 4.
+  ASSERT_EQ(dpb_frames(SpsCodec::H264, h264), 4);
+  ASSERT_EQ(dpb_frames(SpsCodec::Hevc, hevc), 5);
+
+  std::mt19937 rng(20261130);
+  const auto check = [](SpsCodec codec, const std::vector<uint8_t>& bytes) {
+    const int got = dpb_frames(codec, bytes);
+    ASSERT_TRUE(got == -1 || (got >= 0 && got <= 16)) << got;
+    for (const uint8_t first : {uint8_t{0}, uint8_t{1}}) {   // Annex B, then an avcC / hvcC record
+      std::vector<uint8_t> stream{first, 0, 0, 1};
+      stream.insert(stream.end(), bytes.begin(), bytes.end());
+      const std::span<const uint8_t> sps = find_sps(codec, stream);
+      ASSERT_TRUE(sps.empty() || (sps.data() >= stream.data() && sps.data() + sps.size() <= stream.data() + stream.size()));
+      const int in_stream = dpb_frames(codec, sps);
+      ASSERT_TRUE(in_stream == -1 || (in_stream >= 0 && in_stream <= 16)) << in_stream;
+    }
+  };
+  int mutated_readable = 0;
+  for (const auto& [codec, base] : {std::pair{SpsCodec::H264, &h264}, std::pair{SpsCodec::Hevc, &hevc}}) {
+    for (int i = 0; i < 20000; ++i) {
+      std::vector<uint8_t> m = *base;
+      for (int e = 0, edits = 1 + int(rng() % 4); e < edits && !m.empty(); ++e) {
+        const size_t at = rng() % m.size();
+        switch (rng() % 4) {
+          case 0: m[at] ^= uint8_t(1u << (rng() % 8)); break;
+          case 1: m[at] = uint8_t(rng()); break;
+          case 2: m.resize(at); break;
+          default: m.insert(m.begin() + std::ptrdiff_t(at), uint8_t(rng())); break;
+        }
+      }
+      check(codec, m);
+      if (HasFatalFailure()) return;
+      mutated_readable += dpb_frames(codec, m) >= 0 ? 1 : 0;
+    }
+    for (int i = 0; i < 5000; ++i) {
+      std::vector<uint8_t> r(rng() % 64);
+      for (uint8_t& b : r) b = uint8_t(rng());
+      check(codec, r);
+      if (HasFatalFailure()) return;
+    }
+  }
+  // The mutations reach the parser's later fields, not only its first bytes' rejections.
+  EXPECT_GT(mutated_readable, 4000);
+}
 
 TEST(ParameterSetsEdge, NothingToReadGivesMinusOne) {
   EXPECT_EQ(dpb_frames(SpsCodec::H264, {}), -1);
