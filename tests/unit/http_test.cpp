@@ -28,6 +28,7 @@ extern "C" {
 }
 
 #include "daemon/http/http_server.hpp"
+#include "daemon/http/routes.hpp"
 #include "daemon/metrics/prometheus.hpp"
 #include "pipeline/preview/jpeg_encoder.hpp"
 #include "tests/support/test_images.hpp"
@@ -614,6 +615,56 @@ TEST_F(Http, PreviewErrorsNameTheProblem) {
   EXPECT_EQ(request(port_, "/preview/lobby%2.jpg").status, 400);
   const Reply none = request(port_, "/preview/dock%20%22b%22.jpg");   // known, no frame yet
   EXPECT_EQ(none.status, jpeg_encoder_available() ? 503 : 501) << none.body;
+}
+
+//! The request target comes from the network: any target gets an answer (200, 400, 404, or 501 / 503
+//! for previews without an encoder or a frame), never an exception (500) or a crash; the sanitizer
+//! lanes run this test too. Seeded targets put together from the routes' own pieces (prefixes,
+//! pipeline and output names, suffixes, queries, good and broken %-escapes) and random bytes.
+TEST(HttpRouter, AnyTargetGetsAnAnswer) {
+  FakeSource source;
+  const Router router(source);
+  const std::vector<std::string> pieces = {
+      "/",     "/preview/", "preview", "lobby", "gate", "dock%20%22b%22", "dock \"b\"", "cls", "norm", "mono",
+      "det",   ".jpg",      ".png",    "?",     "?boxes=1", "&boxes=1", "=1",  "#",    "%",    "%2",
+      "%zz",   "%41",       "%00",     "%2F",   "%2f",  "//",   "..",    "metrics", "status", "livez",
+      "readyz", "",         "boxes",   "/./",   "%25",  "\x7f", "\xff"};
+  std::mt19937 rng(20261130);
+  std::map<int, int> statuses;
+  int previews = 0;
+  for (int i = 0; i < 3000; ++i) {
+    std::string target;
+    if (rng() % 3 == 0) {   // a preview target, the names right or wrong, then perhaps one byte changed
+      static const char* const names[] = {"lobby", "gate", "dock%20%22b%22", "nope", ""};
+      static const char* const outputs[] = {"cls", "det", "norm", "mono", "nope", ""};
+      target = std::string("/preview/") + names[rng() % std::size(names)];
+      if (rng() % 2) target += std::string("/") + outputs[rng() % std::size(outputs)];
+      target += rng() % 6 ? ".jpg" : ".jpeg";
+      if (rng() % 3 == 0) target += rng() % 2 ? "?boxes=1" : "?boxes=0&x=%";
+      if (rng() % 4 == 0) target[rng() % target.size()] = static_cast<char>(rng() % 256);
+    } else {
+      target = rng() % 8 ? "/" : "";
+      for (int n = 1 + int(rng() % 6); n > 0; --n) {
+        if (rng() % 10 == 0) {
+          target += static_cast<char>(rng() % 256);
+        } else {
+          target += pieces[rng() % pieces.size()];
+        }
+      }
+    }
+    const char* method = rng() % 4 ? "GET" : "HEAD";
+    const HttpResponse r = router.handle(method, target);
+    ++statuses[r.status];
+    previews += r.status == 200 && r.content_type == "image/jpeg" ? 1 : 0;
+    ASSERT_TRUE(r.status == 200 || r.status == 400 || r.status == 404 || r.status == 501 || r.status == 503)
+        << r.status << " for '" << target << "': " << r.body;
+    ASSERT_FALSE(r.body.empty()) << r.status << " for '" << target << "'";
+  }
+  // Every kind of answer came up, previews included (a JPEG on 200 for /preview/... targets).
+  EXPECT_GT(statuses[200], 0);
+  EXPECT_GT(statuses[400], 0);
+  EXPECT_GT(statuses[404], 0);
+  EXPECT_GT(previews, 0);
 }
 
 // ---------------------------------------------------------------------------------------------
