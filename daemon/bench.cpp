@@ -758,8 +758,8 @@ std::string format_bench_table(const BenchResult& r) {
                        "fps", "upload us", "kernels us", "latency p50/p99 ms");
     for (const auto& e : r.engine)
       out += fmt::format("{:<8}{:<8}{:<8}{:>14.2f}{:>10.0f}{:>12}{:>12.1f}{:>26}\n", e.mode, e.memory, e.outputs,
-                         e.submit_cpu_us,
-                         e.fps, e.upload_us < 0 ? std::string("-") : fmt::format("{:.1f}", e.upload_us), e.kernels_us,
+                         e.submit_cpu_us, e.fps,
+                         e.upload_us < 0 ? std::string("-") : fmt::format("{:.1f}", e.upload_us), e.kernels_us,
                          fmt::format("{:.3f} / {:.3f}", e.latency_p50_ms, e.latency_p99_ms));
   }
   if (!r.submit_parts.empty()) {

@@ -26,17 +26,14 @@ void put(const char* s, size_t n) {
 void put(const char* s) { put(s, strlen(s)); }
 
 //! Decimal digits of v into `out` (async-signal-safe), NUL-terminated.
-void decimal(long v, char (&out)[24]) {
+void decimal(unsigned long v, char (&out)[24]) {
   char tmp[24];
   int n = 0;
-  const bool negative = v < 0;
-  unsigned long u = negative ? 0ul - static_cast<unsigned long>(v) : static_cast<unsigned long>(v);
   do {
-    tmp[n++] = static_cast<char>('0' + u % 10);
-    u /= 10;
-  } while (u != 0 && n < 22);
+    tmp[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v != 0);
   int i = 0;
-  if (negative) out[i++] = '-';
   while (n > 0) out[i++] = tmp[--n];
   out[i] = '\0';
 }
@@ -44,12 +41,13 @@ void decimal(long v, char (&out)[24]) {
 void on_fatal(int sig, siginfo_t*, void*) {
   char num[24];
   put("framefused: fatal signal ");
-  decimal(sig, num);
+  decimal(static_cast<unsigned long>(sig), num);
   put(num);
   put(" (");
-  put(sigabbrev_np(sig) ? sigabbrev_np(sig) : "?");
+  const char* name = sigabbrev_np(sig);
+  put(name ? name : "?");
   put(") in thread ");
-  decimal(static_cast<long>(syscall(SYS_gettid)), num);
+  decimal(static_cast<unsigned long>(syscall(SYS_gettid)), num);
   put(num);
   put("; backtrace (addr2line -e BINARY -f -C OFFSET):\n");
   void* frames[kMaxFrames];
