@@ -24,6 +24,7 @@
 #include "pipeline/exec/device.hpp"
 #include "pipeline/fused/fused_params.hpp"
 #include "pipeline/util/redact.hpp"
+#include "pipeline/util/text_escape.hpp"
 
 namespace framefuse::config {
 namespace fs = std::filesystem;
@@ -127,9 +128,11 @@ class Value {
   Value(const Doc& doc, YAML::Node node, std::string path, YAML::Mark mark)
       : doc_(&doc), node_(std::move(node)), path_(std::move(path)), mark_(mark) {}
 
+  //! Throws the one-line ConfigError `<file>:<line>:<col>: <path>: msg` (input it quotes made printable).
   [[noreturn]] void fail(std::string_view msg) const {
     const std::string where = fmt::format("{}:{}:{}", doc_->name, mark_.line + 1, mark_.column + 1);
-    throw ConfigError(path_.empty() ? fmt::format("{}: {}", where, msg) : fmt::format("{}: {}: {}", where, path_, msg));
+    throw ConfigError(
+        printable_line(path_.empty() ? fmt::format("{}: {}", where, msg) : fmt::format("{}: {}: {}", where, path_, msg)));
   }
 
   const Doc& doc() const { return *doc_; }
@@ -911,7 +914,8 @@ DaemonConfig load_string(std::string_view yaml, const std::string& name, const f
   try {
     root = YAML::Load(std::string(yaml));
   } catch (const YAML::Exception& e) {
-    throw ConfigError(fmt::format("{}:{}:{}: YAML syntax error: {}", name, e.mark.line + 1, e.mark.column + 1, e.msg));
+    throw ConfigError(
+        printable_line(fmt::format("{}:{}:{}: YAML syntax error: {}", name, e.mark.line + 1, e.mark.column + 1, e.msg)));
   }
   DaemonConfig c = read_daemon(Value(doc, root, "", YAML::Mark()));
   c.path = name;

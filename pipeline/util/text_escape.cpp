@@ -52,6 +52,26 @@ std::string valid_utf8(std::string_view s) {
   return out;
 }
 
+std::string printable_line(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (const char c : valid_utf8(s)) {
+    const auto u = static_cast<uint8_t>(c);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (u < 0x20 || u == 0x7F) {
+      out += fmt::format("\\x{:02x}", unsigned(u));
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 std::string prometheus_label_value(std::string_view s) {
   std::string out;
   out.reserve(s.size());

@@ -9,6 +9,10 @@ namespace framefuse {
 //! `s` with every invalid UTF-8 sequence replaced by U+FFFD.
 std::string valid_utf8(std::string_view s);
 
+//! `s` as one printable line, for messages that quote input: control characters written as \n, \r,
+//! \t or \xHH, invalid UTF-8 as U+FFFD.
+std::string printable_line(std::string_view s);
+
 //! Prometheus label value (text format 0.0.4): backslash, double quote and newline escaped.
 std::string prometheus_label_value(std::string_view s);
 

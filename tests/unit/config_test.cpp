@@ -4,14 +4,18 @@
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <optional>
+#include <random>
 #include <regex>
 #include <set>
+#include <typeinfo>
 #include <spdlog/fmt/fmt.h>
 #include <sstream>
 #include <string>
@@ -746,6 +750,181 @@ TEST(Examples, RtspTakesThePasswordFromTheEnvironment) {
   EXPECT_NE(message.find("pipelines[0].source.uri: environment variable 'CAMERA_PASSWORD' is not set"),
             std::string::npos)
       << message;
+}
+
+// ---- fuzzing: edits of good configs ----
+
+//! A config that turns on what the default config leaves off: a batch group of two file pipelines,
+//! and a third pipeline with control loops, letterbox, centre crop, per-channel normalisation,
+//! HWC uint8. `clip` is an existing file.
+std::string rich_config(const fs::path& clip) {
+  return fmt::format(R"(log: {{level: debug, format: json}}
+http: {{enabled: true, bind: "::1", port: 9500, max_header_bytes: 16KiB}}
+device: cpu
+cpu_threads: 2
+batching:
+  - {{name: lobby, max_batch: 4, max_wait: 2ms, queue_depth: 8}}
+pipelines:
+  - name: a
+    source: {{uri: "{0}", loop: true, realtime: true}}
+    batch_group: lobby
+    outputs: &shared
+      - {{name: det, resize: {{width: 640, height: 640}}, aspect: letterbox, pad_value: [114, 114, 114], dtype: float16}}
+    sink: {{type: null}}
+  - name: b
+    source: {{uri: "{0}", max_frames: 100}}
+    batch_group: lobby
+    outputs: *shared
+    sink: {{type: npy, directory: out/b, frames_per_file: 4}}
+  - name: c
+    source: {{uri: "rtsp://user:${{FRAMEFUSE_FUZZ_PASS:-secret}}@cam.local/s", transport: udp, timeout: 3s}}
+    decoder: cpu
+    queue_depth: 6
+    pool_frames: 32
+    color: {{matrix: bt709, range: full, chroma_upsample: linear}}
+    outputs:
+      - name: cls
+        crop: {{x: 0.1, y: 0.1, w: 0.8, h: 0.8, units: fraction}}
+        resize: {{shorter_side: 256}}
+        interp: area
+        center_crop: 224
+        mean: [0.485, 0.456, 0.406]
+        std: [0.229, 0.224, 0.225]
+      - {{name: thumb, resize: {{width: 320, height: 180}}, interp: nearest, channels: bgr, layout: hwc, dtype: uint8}}
+    sink: {{type: npy, directory: out/c}}
+    control:
+      delay_frames: 3
+      auto_gain: {{target: 0.5, kp: 0.2, ki: 0.1, min_gain: 0.5, max_gain: 4, max_step: 0.1, outputs: [cls]}}
+      roi_follow: {{output: cls, smoothing: 0.3, dead_band: 0.05, bounds: {{x: 0, y: 0, w: 1, h: 1, units: fraction}}}}
+      health: {{enabled: true}}
+)",
+                     clip.string());
+}
+
+//! Values a user (or a typo) could put in place of a scalar.
+constexpr const char* kJunk[] = {
+    "",        "-1",     "0",         "1",          "65536",      "1e308",     "-0.0",        ".nan",
+    ".inf",    "99999999999999999999", "2147483648", "[1, 2, 3]", "[]",   "{a: 1}",      "{}",
+    "~",       "null",   "true",      "false",      "'",          "\"open",    "&anchor",     "*nowhere",
+    "!!binary aGk=",     "cuda:99999", "cuda:-1",   "1/0",        "1/",        "0.5",         "1.5",
+    "0x10",    "1e-9",   "5sec",      "-5s",        "0s",         "1h",        "8KiB",        "1GiB",
+    "${FRAMEFUSE_FUZZ_UNSET}", "${FRAMEFUSE_FUZZ_PASS:-}", "a b", "\xc3\xa9t\xc3\xa9", "fraction", "pixels",
+    "letterbox", "fill", "hwc", "uint8", "rtsp://", "/nonexistent/clip.mp4", "lobby", "cls", "det"};
+
+//! One seeded edit of `text`, line-wise: a value replaced, a line deleted, duplicated, re-indented
+//! or swapped, a key misspelt, bytes inserted, or the text cut short.
+std::string mutate(const std::string& text, std::mt19937& rng) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  auto pick = [&](size_t n) { return size_t(rng() % n); };
+  const size_t i = pick(lines.size());
+  std::string& line = lines[i];
+  switch (rng() % 8) {
+    case 0:
+    case 1: {   // a scalar after "key:" (a whole line's value, or inside a flow map)
+      std::vector<size_t> colons;
+      for (size_t at = line.find(": "); at != std::string::npos; at = line.find(": ", at + 1)) colons.push_back(at + 2);
+      if (colons.empty()) break;
+      const size_t from = colons[pick(colons.size())];
+      size_t to = from;
+      while (to < line.size() && line[to] != ',' && line[to] != '}' && line[to] != '#') ++to;
+      line.replace(from, to - from, kJunk[pick(std::size(kJunk))]);
+      break;
+    }
+    case 2: lines.erase(lines.begin() + std::ptrdiff_t(i)); break;
+    case 3: lines.insert(lines.begin() + std::ptrdiff_t(i), line); break;
+    case 4: {
+      const size_t lead = line.find_first_not_of(' ');
+      if (rng() % 2 && lead != std::string::npos && lead > 0) {
+        line.erase(0, std::min<size_t>(lead, 1 + pick(4)));
+      } else {
+        line.insert(0, 1 + pick(4), ' ');
+      }
+      break;
+    }
+    case 5: std::swap(line, lines[pick(lines.size())]); break;
+    case 6: {   // a key misspelt: one letter before the first ':' changed
+      const size_t colon = line.find(':');
+      const size_t lead = line.find_first_not_of(" -");
+      if (colon == std::string::npos || lead == std::string::npos || lead >= colon) break;
+      line[lead + pick(colon - lead)] = char('a' + pick(26));
+      break;
+    }
+    case 7: {
+      std::string bytes(1 + pick(6), '\0');
+      for (char& b : bytes) b = char(rng() % 256);
+      line.insert(pick(line.size() + 1), bytes);
+      break;
+    }
+  }
+  std::string out;
+  for (const std::string& l : lines) out += l + "\n";
+  if (rng() % 16 == 0) out.resize(pick(out.size() + 1));   // sometimes also cut short
+  return out;
+}
+
+TEST(ConfigFuzz, AnyEditOfAGoodConfigLoadsOrNamesItsLineAndKey) {
+  const TempDir dir;
+  const fs::path clip = dir.write("clip.mp4", "not decoded at load time");
+  const ScopedEnv pass("FRAMEFUSE_FUZZ_PASS", "pa55");
+  const ScopedEnv unset("FRAMEFUSE_FUZZ_UNSET", std::nullopt);
+  const std::string seeds[] = {default_config_yaml(), rich_config(clip)};
+  for (const std::string& seed : seeds) ASSERT_NO_THROW(load_string(seed, "fuzz.yaml", dir.path())) << seed;
+
+  // Errors: `fuzz.yaml:<line>:<col>: <message>` on one line, the line inside the text (or just past it).
+  const std::regex located(R"(fuzz\.yaml:(\d+):(\d+): (.+))");
+  FrameInfo hd;
+  hd.width = 1920;
+  hd.height = 1080;
+  hd.format = ops::PixelFormat::Nv12;
+  FrameInfo tiny = hd;
+  tiny.width = 64;
+  tiny.height = 36;
+  std::mt19937 rng(20261201);
+  constexpr int kEdits = 6000;
+  int loaded = 0, planned = 0;
+  std::set<std::string> messages;
+  for (int n = 0; n < kEdits; ++n) {
+    const std::string& seed = seeds[n % std::size(seeds)];
+    const std::string text = mutate(seed, rng);
+    const size_t text_lines = size_t(std::count(text.begin(), text.end(), '\n')) + 1;
+    try {
+      const DaemonConfig c = load_string(text, "fuzz.yaml", dir.path());
+      ++loaded;
+      // What loads must plan, or be refused by planning with a message naming the output.
+      for (const PipelineSpec& p : c.pipelines) {
+        for (const FrameInfo& frame : {hd, tiny}) {
+          try {
+            EXPECT_EQ(make_output_plans(p, frame).size(), p.outputs.size());
+            ++planned;
+          } catch (const ConfigError& e) {
+            EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+            EXPECT_NE(std::string(e.what()).find("output"), std::string::npos) << e.what() << "\n" << text;
+          }
+        }
+      }
+    } catch (const ConfigError& e) {
+      const std::string message = e.what();
+      std::smatch m;
+      if (!std::regex_match(message, m, located)) {
+        ADD_FAILURE() << "not `fuzz.yaml:LINE:COL: message`: " << message << "\n--- edit " << n << ":\n" << text;
+      } else {
+        EXPECT_GE(std::stoul(m[1]), 1u) << message;
+        EXPECT_LE(std::stoul(m[1]), text_lines) << message << "\n" << text;
+        messages.insert(m[3].str().substr(0, m[3].str().find(':')));   // the key path, or the syntax error
+      }
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "escaped as " << typeid(e).name() << ": " << e.what() << "\n--- edit " << n << ":\n" << text;
+    }
+    if (HasFailure()) break;   // one reproduction is enough
+  }
+  std::printf("config fuzz: %d edits, %d loaded, %d pipeline plans made, %zu distinct keys or errors refused\n", kEdits,
+              loaded, planned, messages.size());
+  // The edits must reach validation deep in the schema, not only the YAML parser.
+  EXPECT_GT(loaded, kEdits / 10) << "too few edits still load";
+  EXPECT_GT(planned, 0);
+  EXPECT_GT(messages.size(), 60u) << "too few distinct keys refused";
 }
 
 }  // namespace

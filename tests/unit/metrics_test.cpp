@@ -429,6 +429,14 @@ TEST(TextEscape, InvalidUtf8BecomesReplacementCharacter) {
   EXPECT_EQ(valid_utf8("cut \xE2\x82"), "cut \xEF\xBF\xBD\xEF\xBF\xBD");
 }
 
+TEST(TextEscape, PrintableLineKeepsQuotedInputOnOneLine) {
+  EXPECT_EQ(printable_line("fuzz.yaml:3:9: log.level: unknown value 'verbose'"),
+            "fuzz.yaml:3:9: log.level: unknown value 'verbose'");
+  EXPECT_EQ(printable_line("got 'a\nb\r\tc'"), R"(got 'a\nb\r\tc')");
+  EXPECT_EQ(printable_line(std::string_view("\x01\x1f\x7f\0!", 5)), R"(\x01\x1f\x7f\x00!)");
+  EXPECT_EQ(printable_line("caf\xC3\xA9 \xE9t\xE9"), "caf\xC3\xA9 \xEF\xBF\xBDt\xEF\xBF\xBD");
+}
+
 TEST(TextEscape, JsonNumbersAreFiniteOrNull) {
   EXPECT_EQ(json_number(0.25), "0.25");
   EXPECT_EQ(json_number(-3), "-3");
