@@ -6,7 +6,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -379,6 +381,76 @@ TEST_F(DecodeTest, CorruptPacketsAreCountedAndSkipped) {
   EXPECT_EQ(frames.size(), 9u);
   EXPECT_EQ(src.decode_errors(), 1u);
   for (size_t i = 0; i < frames.size(); ++i) EXPECT_EQ(frames[i].index, int64_t(i));
+}
+
+//! Damaged files (bits flipped, ranges zeroed or overwritten, cut short) of one H.264 clip with
+//! B-frames, in MP4 and MPEG-TS: each is refused at open, or decodes what it can, counting errors,
+//! with frames numbered in order whose planes can all be read (ASan checks that in its lane); a
+//! failure names the pipeline and source. Never a crash or another exception.
+TEST_F(DecodeTest, DamagedFilesDecodeWhatTheyCanOrFailNamingTheSource) {
+  const fs::path mp4 = dir.path / "clip.mp4", ts = dir.path / "clip.ts";
+  ffmpeg(fmt::format("-f lavfi -i testsrc2=s=96x64:r=10:d=3 -c:v libx264 -threads 1 -preset ultrafast -g 8 -bf 2 "
+                     "-pix_fmt yuv420p {}",
+                     mp4.string()));
+  ffmpeg(fmt::format("-i {} -c copy -f mpegts {}", mp4.string(), ts.string()));
+  std::mt19937 rng(20261201);
+  const auto below = [&](size_t n) { return size_t(rng() % std::max<size_t>(n, 1)); };
+  int refused = 0, with_frames = 0, with_errors = 0;
+  uint64_t sum = 0;   // of every sample read: the reads cannot be left out
+  for (const fs::path& clip : {mp4, ts}) {
+    const std::vector<uint8_t> good = read_file(clip);
+    for (int n = 0; n < 40; ++n) {
+      std::vector<uint8_t> bytes = good;
+      switch (n % 4) {
+        case 0:
+          for (size_t k = 1 + below(16); k > 0; --k) bytes[below(bytes.size())] ^= uint8_t(1u << below(8));
+          break;
+        case 1: {
+          const size_t at = below(bytes.size()), len = std::min(bytes.size() - at, 16 + below(512));
+          std::fill_n(bytes.begin() + std::ptrdiff_t(at), len, uint8_t{0});
+          break;
+        }
+        case 2: bytes.resize(below(bytes.size())); break;
+        case 3: {
+          const size_t at = below(bytes.size()), len = std::min(bytes.size() - at, 1 + below(64));
+          for (size_t k = 0; k < len; ++k) bytes[at + k] = uint8_t(rng());
+          break;
+        }
+      }
+      const fs::path damaged = dir.path / fmt::format("damaged_{}{}", n, clip.extension().string());
+      write_file(damaged, bytes);
+      const std::string prefix = fmt::format("pipeline 'p': source '{}': ", damaged.string());
+      VideoSource src(file_spec(damaged), "p");
+      std::vector<DecodedFrame> frames;
+      try {
+        src.open();
+        while (auto f = src.read()) frames.push_back(std::move(*f));
+      } catch (const MediaError& e) {
+        EXPECT_EQ(std::string(e.what()).rfind(prefix, 0), 0u) << e.what();
+        if (frames.empty()) ++refused;
+      }
+      for (size_t i = 0; i < frames.size(); ++i) {
+        const DecodedFrame& f = frames[i];
+        ASSERT_EQ(f.index, int64_t(i)) << damaged;
+        ASSERT_TRUE(f.info.width > 0 && f.info.width <= 4096 && f.info.height > 0 && f.info.height <= 4096) << damaged;
+        for (int p = 0; p < ops::plane_count(f.view.format); ++p) {
+          const auto shape = ops::plane_shape(f.view.format, f.view.width, f.view.height, p);
+          ASSERT_NE(f.view.data[p], nullptr) << damaged;
+          ASSERT_GE(f.view.pitch[p], shape.row_bytes) << damaged;
+          for (int32_t y = 0; y < shape.rows; ++y)
+            for (int32_t x = 0; x < shape.row_bytes; ++x) sum += f.view.data[p][size_t(y) * size_t(f.view.pitch[p]) + size_t(x)];
+        }
+      }
+      if (!frames.empty()) ++with_frames;
+      if (src.decode_errors() > 0) ++with_errors;
+    }
+  }
+  std::printf("damaged files: %d refused, %d with frames, %d with decode errors counted (of 80)\n", refused, with_frames,
+              with_errors);
+  EXPECT_GT(sum, 0u) << "the frames' samples (a test pattern) were read";
+  EXPECT_GT(with_frames, 40) << "most damage must leave frames to decode";
+  EXPECT_GT(with_errors, 0) << "some damage must reach the decoder";
+  EXPECT_GT(refused, 0) << "some damage must make the file unreadable";
 }
 
 TEST_F(DecodeTest, RealtimePacesFramesAtTheirPts) {
