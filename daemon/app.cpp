@@ -10,6 +10,7 @@
 #include "config/load.hpp"
 #include "daemon/http/http_server.hpp"
 #include "daemon/logging.hpp"
+#include "daemon/process_stats.hpp"
 #include "daemon/version.hpp"
 #include "pipeline/error.hpp"
 #include "pipeline/util/redact.hpp"
@@ -115,7 +116,11 @@ int App::run() {
     }
     if (sig == SIGHUP) {
       notifier_.send("RELOADING=1");
-      reload();
+      if (reload()) {
+        // Stopped pipelines' memory is freed but stays resident until the heap hands it back.
+        if (const uint64_t released = release_free_heap(); released >= (uint64_t{1} << 20))
+          spdlog::info("reload: {} MiB of freed memory returned to the system", released >> 20);
+      }
       notifier_.send("READY=1");
     }
     const auto now = std::chrono::steady_clock::now();
@@ -298,6 +303,7 @@ DaemonSnapshot App::daemon() {
   std::sort(cuda.begin(), cuda.end());
   cuda.erase(std::unique(cuda.begin(), cuda.end()), cuda.end());
   d.gpus = gpu_memory(cuda);
+  d.process = read_process_stats();
   return d;
 }
 

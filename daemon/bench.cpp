@@ -2,14 +2,12 @@
 
 #include <spdlog/fmt/fmt.h>
 #include <sys/resource.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <exception>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -18,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "daemon/process_stats.hpp"
 #include "pipeline/util/clock.hpp"
 #include "pipeline/util/text_escape.hpp"
 #include "pipeline/decode/video_source.hpp"
@@ -69,13 +68,8 @@ double quantile(std::vector<double> v, double q) {
   return v[std::min(v.size() - 1, static_cast<size_t>(q * double(v.size())))];
 }
 
-//! The process' resident set now, MiB (/proc/self/statm), 0 where unreadable.
-double rss_mib_now() {
-  std::ifstream statm("/proc/self/statm");
-  uint64_t size = 0, resident = 0;
-  if (!(statm >> size >> resident)) return 0;
-  return double(resident) * double(sysconf(_SC_PAGESIZE)) / (1024.0 * 1024.0);
-}
+//! The process' resident set now, MiB, 0 where unreadable.
+double rss_mib_now() { return double(resident_bytes()) / (1024.0 * 1024.0); }
 
 //! GPU memory in use (cudaMemGetInfo, device `gpu` when >= 0) and the process RSS now.
 StreamMemory memory_now(int gpu) {
@@ -91,10 +85,12 @@ StreamMemory memory_now(int gpu) {
 
 //! Samples memory_now() every 20 ms from construction until stop(); then peak() is the most seen
 //! and median() the median of the samples (GPU and RSS each): the steady state, where the peak
-//! may be a moment of start-up.
+//! may be a moment of start-up. The heap's free pages go back to the system first, so what earlier
+//! phases freed (a larger trial's pipelines) is not counted in this one.
 class MemorySampler {
  public:
   explicit MemorySampler(int gpu) : gpu_(gpu) {
+    release_free_heap();
     samples_.push_back(memory_now(gpu));
     thread_ = std::jthread([this](std::stop_token stop) {
       while (!stop.stop_requested()) {
@@ -641,6 +637,7 @@ BenchResult run_bench(const BenchOptions& o) {
     fps = source.frame_rate() > 0 ? source.frame_rate() : 30;
   }
   const int gpu = device.kind == DeviceKind::Cuda ? device.index : -1;
+  release_free_heap();   // as every MemorySampler does
   const StreamMemory base = memory_now(gpu);
   result.decode = measure([&](PhaseResult& r) {
     MemorySampler memory(gpu);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/process_stats.hpp"
 #include "pipeline/decode/decoded_frame.hpp"
 #include "pipeline/exec/device.hpp"
 #include "pipeline/runtime/batch_group.hpp"
@@ -26,6 +27,7 @@ struct DaemonSnapshot {
   std::string config_path;
   std::vector<GpuMemory> gpus;        //!< CUDA devices the pipelines run on; empty on CPU-only hosts
   std::vector<BatchGroupSnapshot> batch_groups;   //!< `batching` groups, by name
+  ProcessStats process;               //!< the daemon process' CPU time, memory and descriptors
 };
 
 //! Pipelines currently decoding with NVDEC (each holds one NVDEC session).

@@ -113,6 +113,25 @@ void render_control(Exposition& e, std::span<const PipelineSnapshot> pipelines) 
                 [](const ControlSnapshot& c, size_t i) { return c.health_events[i]; });
 }
 
+//! The process itself, under the names Prometheus client libraries give it (dashboards and alerts
+//! written for any exporter read them).
+void render_process(Exposition& e, const ProcessStats& p) {
+  e.family("process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.");
+  e.sample("process_cpu_seconds_total", {}, p.cpu_seconds);
+  e.family("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
+  e.sample("process_resident_memory_bytes", {}, p.resident_bytes);
+  e.family("process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.");
+  e.sample("process_virtual_memory_bytes", {}, p.virtual_bytes);
+  e.family("process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds.");
+  e.sample("process_start_time_seconds", {}, p.start_time_unix_s);
+  e.family("process_open_fds", "gauge", "Number of open file descriptors.");
+  e.sample("process_open_fds", {}, p.open_fds);
+  if (p.max_fds > 0) {
+    e.family("process_max_fds", "gauge", "Maximum number of open file descriptors.");
+    e.sample("process_max_fds", {}, p.max_fds);
+  }
+}
+
 //! Memory of the CUDA devices in use; the families appear only when there are some.
 void render_gpus(Exposition& e, std::span<const GpuMemory> gpus) {
   if (gpus.empty()) return;
@@ -158,6 +177,7 @@ std::string render_metrics(const DaemonSnapshot& d, std::span<const PipelineSnap
   e.sample("framefuse_build_info", {{"version", d.version}}, uint64_t{1});
   e.family("framefuse_uptime_seconds", "gauge", "Seconds since the daemon started.");
   e.sample("framefuse_uptime_seconds", {}, d.uptime_s);
+  render_process(e, d.process);
   e.family("framefuse_ready", "gauge", "1 when the daemon reports ready (as /readyz), else 0.");
   e.sample("framefuse_ready", {}, uint64_t{d.ready});
   e.family("framefuse_config_reloads_total", "counter", "Configuration reloads by result.");

@@ -1,7 +1,8 @@
 #pragma once
-//! Prometheus text exposition (format 0.0.4) of the daemon and its pipelines: `framefuse_` prefix,
-//! base units, one HELP/TYPE block per family, labels limited to pipeline, output, reason, state,
-//! result, decoder, condition, device (cuda:N), group (batch group).
+//! Prometheus text exposition (format 0.0.4) of the daemon and its pipelines: `framefuse_` prefix
+//! (and the client libraries' standard `process_` families for the process itself), base units,
+//! one HELP/TYPE block per family, labels limited to pipeline, output, reason, state, result,
+//! decoder, condition, device (cuda:N), group (batch group).
 #include <span>
 #include <string>
 

@@ -347,6 +347,19 @@ class HttpLiveTest(unittest.TestCase):
             self.assertGreater(b, a, f"{name}: frames_processed_total must grow between scrapes")
             self.assertGreaterEqual(metric(second, "framefuse_frames_decoded_total", pipeline=name), b)
         self.assertGreater(metric(second, "framefuse_uptime_seconds"), metric(first, "framefuse_uptime_seconds"))
+
+        # The process families, against what the kernel says of the daemon's process.
+        with open(f"/proc/{d.proc.pid}/status") as f:
+            vm_rss = next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmRSS:"))
+        rss = metric(second, "process_resident_memory_bytes")
+        self.assertLess(abs(rss - vm_rss), 0.25 * vm_rss, (rss, vm_rss))
+        self.assertGreaterEqual(metric(second, "process_virtual_memory_bytes"), rss)
+        self.assertGreater(metric(second, "process_cpu_seconds_total"), metric(first, "process_cpu_seconds_total"))
+        started = metric(second, "process_start_time_seconds")
+        self.assertLess(abs(started - (time.time() - metric(second, "framefuse_uptime_seconds"))), 5.0)
+        fds = len(os.listdir(f"/proc/{d.proc.pid}/fd"))
+        self.assertLess(abs(metric(second, "process_open_fds") - fds), 8, fds)
+        self.assertGreaterEqual(metric(second, "process_max_fds"), metric(second, "process_open_fds"))
         if not promtool:
             self.skipTest("promtool not installed (Debian package 'prometheus'): format not checked")
 

@@ -34,6 +34,12 @@ DaemonSnapshot known_daemon() {
   d.last_reload_unix_s = 1700000000.25;
   d.last_reload_ok = false;
   d.config_path = "/etc/framefuse/framefuse.yaml";
+  d.process = {.cpu_seconds = 42.25,
+               .resident_bytes = 734'003'200,
+               .virtual_bytes = 12'884'901'888,
+               .start_time_unix_s = 1699999000.5,
+               .open_fds = 57,
+               .max_fds = 1'048'576};
   return d;
 }
 
@@ -119,6 +125,14 @@ TEST(Metrics, DaemonSeriesHaveExactValues) {
   EXPECT_TRUE(has_line(m, "framefuse_config_last_reload_timestamp_seconds 1700000000.25")) << m;
   EXPECT_TRUE(has_line(m, "# TYPE framefuse_config_reloads_total counter")) << m;
   EXPECT_TRUE(has_line(m, "# TYPE framefuse_uptime_seconds gauge")) << m;
+  // The process itself, under the client libraries' standard names.
+  EXPECT_TRUE(has_line(m, "process_cpu_seconds_total 42.25")) << m;
+  EXPECT_TRUE(has_line(m, "# TYPE process_cpu_seconds_total counter")) << m;
+  EXPECT_TRUE(has_line(m, "process_resident_memory_bytes 734003200")) << m;
+  EXPECT_TRUE(has_line(m, "process_virtual_memory_bytes 12884901888")) << m;
+  EXPECT_TRUE(has_line(m, "process_start_time_seconds 1699999000.5")) << m;
+  EXPECT_TRUE(has_line(m, "process_open_fds 57")) << m;
+  EXPECT_TRUE(has_line(m, "process_max_fds 1048576")) << m;
 }
 
 TEST(Metrics, PipelineSeriesHaveExactValues) {
@@ -393,7 +407,7 @@ TEST(Metrics, TextFormatIsWellFormed) {
       ADD_FAILURE() << "not a valid exposition line: " << l;
     }
   }
-  EXPECT_EQ(types.size(), 24u + 2u + 10u + 7u);   // + the GPU, control and batch group families
+  EXPECT_EQ(types.size(), 24u + 6u + 2u + 10u + 7u);   // + the process, GPU, control and batch group families
   EXPECT_GT(samples, 60u);
 }
 
