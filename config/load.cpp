@@ -23,6 +23,7 @@
 #include "pipeline/error.hpp"
 #include "pipeline/exec/device.hpp"
 #include "pipeline/fused/fused_params.hpp"
+#include "pipeline/sinks/shm_sink.hpp"
 #include "pipeline/util/redact.hpp"
 #include "pipeline/util/text_escape.hpp"
 
@@ -354,7 +355,7 @@ constexpr Named<ChannelOrder> kChannels[] = {
 constexpr Named<ops::Layout> kLayouts[] = {{"chw", ops::Layout::Chw}, {"hwc", ops::Layout::Hwc}};
 constexpr Named<ops::DType> kDTypes[] = {
     {"float32", ops::DType::F32}, {"float16", ops::DType::F16}, {"uint8", ops::DType::U8}};
-constexpr Named<SinkKind> kSinks[] = {{"npy", SinkKind::Npy}, {"null", SinkKind::Null}};
+constexpr Named<SinkKind> kSinks[] = {{"npy", SinkKind::Npy}, {"null", SinkKind::Null}, {"shm", SinkKind::Shm}};
 
 // ---- sections ----
 
@@ -620,22 +621,40 @@ OutputSpec read_output(const Value& v, std::map<std::string, int>& names) {
   return o;
 }
 
-SinkSpec read_sink(const Value& v, const std::string& pipeline, std::map<std::string, std::string>& used_dirs) {
-  const Map m = v.map({"type", "directory", "frames_per_file"});
+//! `used` maps what sinks write to (an npy sink's absolute folder, "shm:" + a ring's name) to the
+//! pipeline that does, so no two pipelines write to one.
+SinkSpec read_sink(const Value& v, const std::string& pipeline, std::map<std::string, std::string>& used) {
+  const Map m = v.map({"type", "directory", "frames_per_file", "name", "slots"});
   SinkSpec s;
   const Value type = m.need("type");
   s.kind = type.is_null() ? SinkKind::Null : type.choice(kSinks);   // `type: null` is YAML's null
-  if (s.kind == SinkKind::Null) {
-    for (const std::string_view key : {"directory", "frames_per_file"}) {
-      if (const auto x = m.get(key)) x->fail("applies to npy sinks only");
+  for (const std::string_view key : {"directory", "frames_per_file"}) {
+    if (const auto x = m.get(key); x && s.kind != SinkKind::Npy) x->fail("applies to npy sinks only");
+  }
+  for (const std::string_view key : {"name", "slots"}) {
+    if (const auto x = m.get(key); x && s.kind != SinkKind::Shm) x->fail("applies to shm sinks only");
+  }
+  if (s.kind == SinkKind::Null) return s;
+  if (s.kind == SinkKind::Shm) {
+    s.shm_name = pipeline;
+    if (const auto x = m.get("name")) {
+      s.shm_name = x->text();
+      if (!valid_shm_name(s.shm_name))
+        x->fail(fmt::format("'{}' is not a shared-memory name (1-200 letters, digits, '.', '_', '-'; not starting "
+                            "with '.')",
+                            s.shm_name));
     }
+    if (const auto x = m.get("slots")) s.slots = static_cast<int32_t>(x->integer(1, 1024));
+    if (const auto [it, fresh] = used.emplace("shm:" + s.shm_name, pipeline); !fresh)
+      (m.get("name") ? *m.get("name") : type).fail(
+          fmt::format("shared-memory ring '{}' is already written by pipeline '{}'", s.shm_name, it->second));
     return s;
   }
   const Value dir = m.need("directory");
   s.directory = dir.text();
   if (s.directory.empty()) dir.fail("must not be empty");
   s.directory = resolve_path(v.doc(), s.directory);
-  if (const auto [it, fresh] = used_dirs.emplace(s.directory, pipeline); !fresh)
+  if (const auto [it, fresh] = used.emplace(s.directory, pipeline); !fresh)
     dir.fail(fmt::format("directory '{}' is already used by pipeline '{}'", s.directory, it->second));
   if (const auto x = m.get("frames_per_file")) s.frames_per_file = static_cast<int32_t>(x->integer(1, 1'000'000));
   return s;
@@ -781,7 +800,7 @@ struct GroupContext {
 struct PipelineContext {
   DeviceSpec device;
   std::map<std::string, int> names;               //!< pipeline name -> line
-  std::map<std::string, std::string> sink_dirs;   //!< absolute npy directory -> pipeline name
+  std::map<std::string, std::string> sink_targets;   //!< what sinks write to -> pipeline name (read_sink)
   std::map<std::string, GroupContext> groups;     //!< `batching` by name
 };
 
@@ -849,7 +868,7 @@ PipelineSpec read_pipeline(const Value& v, PipelineContext& ctx) {
     items[kMaxOutputs].fail(fmt::format("at most {} outputs per pipeline, got {}", kMaxOutputs, items.size()));
   std::map<std::string, int> names;
   for (const Value& item : items) p.outputs.push_back(read_output(item, names));
-  p.sink = read_sink(m.need("sink"), p.name, ctx.sink_dirs);
+  p.sink = read_sink(m.need("sink"), p.name, ctx.sink_targets);
   if (const auto x = m.get("control")) p.control = read_control(*x, p.outputs);
   if (const auto x = m.get("batch_group"); x && !x->is_null()) join_batch_group(*x, m, items, p, ctx);
   return p;

@@ -13,6 +13,11 @@ enum class DType : uint8_t { F32, F16, U8 };
 
 FF_HD int dtype_size(DType t) { return t == DType::F32 ? 4 : (t == DType::F16 ? 2 : 1); }
 
+//! numpy's name of the dtype ("float32", "float16", "uint8"), as sinks describe their tensors.
+constexpr const char* dtype_name(DType t) {
+  return t == DType::F32 ? "float32" : (t == DType::F16 ? "float16" : "uint8");
+}
+
 //! Round to nearest, ties to even (cvRound / saturate_cast semantics).
 FF_HD int round_even(float v) {
 #if defined(__CUDA_ARCH__)

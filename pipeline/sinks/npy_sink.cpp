@@ -29,15 +29,6 @@ const char* npy_descr(ops::DType t) {
   return "";
 }
 
-const char* dtype_name(ops::DType t) {
-  switch (t) {
-    case ops::DType::F32: return "float32";
-    case ops::DType::F16: return "float16";
-    case ops::DType::U8: return "uint8";
-  }
-  return "";
-}
-
 //! The .npy 1.0 header (magic through '\n') for a C-order array, space-padded to a multiple of 64
 //! bytes and to at least `min_size` bytes so a later rewrite with another shape fits in place.
 std::string npy_header(const char* descr, const std::vector<int64_t>& shape, size_t min_size = 0) {
@@ -130,7 +121,7 @@ struct NpySink::Output {
         "  \"layout\": \"{}\",\n  \"channels\": \"{}\",\n  \"frames_per_file\": {},\n"
         "  \"normalization\": {{\"formula\": \"pixel * mul + add, pixel in 0..255\", "
         "\"mul\": [{}], \"add\": [{}]}}\n}}\n",
-        json_string(pipeline), json_string(plan.name), dtype_name(p.store.dtype), fmt::join(plan.shape, ", "),
+        json_string(pipeline), json_string(plan.name), ops::dtype_name(p.store.dtype), fmt::join(plan.shape, ", "),
         p.store.layout == ops::Layout::Chw ? "chw" : "hwc", channels, frames_per_file,
         fmt::join(p.norm.mul, ", "), fmt::join(p.norm.add, ", "));
     AtomicFile f(dir / "metadata.json", pipeline);

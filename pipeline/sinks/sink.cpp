@@ -1,6 +1,7 @@
 #include "pipeline/sinks/sink.hpp"
 
 #include "pipeline/sinks/npy_sink.hpp"
+#include "pipeline/sinks/shm_sink.hpp"
 
 namespace framefuse {
 namespace {
@@ -17,12 +18,13 @@ class NullSink final : public Sink {
 bool reads_host_outputs(const SinkSpec& spec) { return spec.kind != SinkKind::Null; }
 
 std::unique_ptr<Sink> make_sink(const SinkSpec& spec, std::span<const OutputPlan> plans, const std::string& pipeline) {
+  std::vector<OutputPlan> copied(plans.begin(), plans.end());
   switch (spec.kind) {
     case SinkKind::Null: return std::make_unique<NullSink>();
+    case SinkKind::Shm: return std::make_unique<ShmSink>(spec.shm_name, spec.slots, std::move(copied), pipeline);
     case SinkKind::Npy: break;
   }
-  return std::make_unique<NpySink>(spec.directory, std::vector<OutputPlan>(plans.begin(), plans.end()),
-                                   spec.frames_per_file, pipeline);
+  return std::make_unique<NpySink>(spec.directory, std::move(copied), spec.frames_per_file, pipeline);
 }
 
 }  // namespace framefuse

@@ -166,6 +166,49 @@ class DaemonTest(unittest.TestCase):
                 for a, b in zip(files, solo):
                     self.assertEqual(a.read_bytes(), b.read_bytes(), f"{name}/{output}/{a.name}")
 
+    def test_shm_ring_carries_what_the_npy_sink_writes(self):
+        """A pipeline with a shared-memory sink, read live by tools/framefuse_shm.py, hands out the
+        tensors an npy pipeline of the same clip writes, byte for byte."""
+        sys.path.insert(0, str(Path(os.environ.get("FRAMEFUSE_SOURCE_DIR", ".")) / "tools"))
+        from framefuse_shm import ShmRing
+        ring_name = f"framefuse-it-{os.getpid()}"
+        out = self.dir / "out_shm"
+        outputs = textwrap.indent(self.DEFAULT_OUTPUTS, " " * 6)
+        cfg = self.dir / "shm.yaml"
+        cfg.write_text("http: {enabled: false}\npipelines:\n"
+                       f"  - name: files\n    source: {{uri: clip.mp4}}\n    outputs:\n{outputs}"
+                       f"    sink: {{type: npy, directory: {out}}}\n"
+                       f"  - name: ring\n    source: {{uri: clip.mp4, realtime: true}}\n    outputs:\n{outputs}"
+                       f"    sink: {{type: shm, name: {ring_name}, slots: 32}}\n")
+        proc = subprocess.Popen([FRAMEFUSED, "run", "--config", str(cfg), "--device", "cpu"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 20
+            while not os.path.exists(f"/dev/shm/{ring_name}") and time.monotonic() < deadline:
+                self.assertIsNone(proc.poll(), "framefused exited before making its ring")
+                time.sleep(0.005)
+            with ShmRing(ring_name) as ring:
+                self.assertEqual(ring.pipeline, "ring")
+                self.assertEqual(ring.slots, 32)
+                self.assertEqual([(o.name, o.dtype, o.shape) for o in ring.outputs],
+                                 [("cls", np.float32, (3, 56, 56)), ("det", np.float16, (3, 96, 96)),
+                                  ("thumb", np.uint8, (60, 80, 3))])
+                frames = list(ring.frames(start=0, timeout_s=20))   # paced at 30 fps: read as they come
+                self.assertTrue(ring.closed(), "the pipeline's stop closes the ring")
+            _, stderr = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        self.assertEqual(proc.returncode, 0, stderr)
+        self.assertFalse(os.path.exists(f"/dev/shm/{ring_name}"), "the ring's name goes with the pipeline")
+        self.assertEqual([f.counter for f in frames], list(range(20)))
+        self.assertEqual([f.frame_index for f in frames], list(range(20)))
+        for f in frames:
+            for name, a in f.outputs.items():
+                b = np.load(out / name / f"{f.frame_index:08d}.npy")
+                self.assertEqual(a.dtype, b.dtype, name)
+                self.assertEqual(a.tobytes(), b.tobytes(), f"{name} frame {f.frame_index}")
+
     def test_batch_group_members_need_the_same_outputs(self):
         cfg = self.write_config("batch_bad.yaml", """
         batching: [{name: lobby}]

@@ -529,6 +529,43 @@ TEST(Load, SinkTypeNullIsYamlNullOrText) {
   }
 }
 
+TEST(Load, ShmSinkNamesItsRingAfterThePipelineUnlessTold) {
+  const DaemonConfig c = load_string(
+      "pipelines:\n"
+      "  - {name: lobby, source: {uri: 'rtsp://h/1'}, outputs: [{name: o}], sink: {type: shm}}\n"
+      "  - {name: dock, source: {uri: 'rtsp://h/2'}, outputs: [{name: o}], sink: {type: shm, name: dock.main, slots: 32}}\n",
+      "s.yaml", "/tmp");
+  ASSERT_EQ(c.pipelines.size(), 2u);
+  EXPECT_EQ(c.pipelines[0].sink.kind, SinkKind::Shm);
+  EXPECT_EQ(c.pipelines[0].sink.shm_name, "lobby");
+  EXPECT_EQ(c.pipelines[0].sink.slots, 8);
+  EXPECT_EQ(c.pipelines[1].sink.shm_name, "dock.main");
+  EXPECT_EQ(c.pipelines[1].sink.slots, 32);
+}
+
+TEST(Load, ShmSinkKeysAreCheckedWhereTheyStand) {
+  const auto sink_error = [](const std::string& first_sink, const std::string& second_sink = "{type: null}") {
+    return error_of([&] {
+      load_string(fmt::format("pipelines:\n"
+                              "  - {{name: a, source: {{uri: 'rtsp://h/1'}}, outputs: [{{name: o}}], sink: {}}}\n"
+                              "  - {{name: b, source: {{uri: 'rtsp://h/2'}}, outputs: [{{name: o}}], sink: {}}}\n",
+                              first_sink, second_sink),
+                  "s.yaml", "/tmp");
+    });
+  };
+  EXPECT_EQ(sink_error("{type: shm, name: 'a/b'}"),
+            "s.yaml:2:90: pipelines[0].sink.name: 'a/b' is not a shared-memory name (1-200 letters, digits, '.', "
+            "'_', '-'; not starting with '.')");
+  EXPECT_EQ(sink_error("{type: shm, slots: 0}"), "s.yaml:2:91: pipelines[0].sink.slots: must be between 1 and 1024, got 0");
+  EXPECT_EQ(sink_error("{type: shm, directory: out}"), "s.yaml:2:95: pipelines[0].sink.directory: applies to npy sinks only");
+  EXPECT_EQ(sink_error("{type: npy, directory: out, name: x}"),
+            "s.yaml:2:106: pipelines[0].sink.name: applies to shm sinks only");
+  EXPECT_EQ(sink_error("{type: shm, name: b}", "{type: shm}"),
+            "s.yaml:3:79: pipelines[1].sink.type: shared-memory ring 'b' is already written by pipeline 'a'");
+  EXPECT_EQ(sink_error("{type: shm}", "{type: shm, name: a}"),
+            "s.yaml:3:90: pipelines[1].sink.name: shared-memory ring 'a' is already written by pipeline 'a'");
+}
+
 TEST(Load, NamesRepeatAcrossPipelinesButDirectoriesDoNot) {
   const DaemonConfig c = load_string(
       "pipelines:\n"
@@ -685,9 +722,10 @@ TEST(DefaultConfig, MatchesTheKeyReference) {
     std::smatch m;
     if (std::regex_search(line, m, row)) in_reference.insert(m[1]);
   }
-  // Documented but absent from the default file: alternatives to keys it shows, list headings, and
-  // the keys of `batching` groups (the default has none).
+  // Documented but absent from the default file: alternatives to keys it shows, list headings, the
+  // keys of shm sinks (its sink is npy) and of `batching` groups (the default has none).
   for (const char* k : {"pipelines", "pipelines[].outputs", "pipelines[].outputs[].resize.shorter_side",
+                        "pipelines[].sink.name", "pipelines[].sink.slots",
                         "batching[].name", "batching[].max_batch", "batching[].max_wait", "batching[].device",
                         "batching[].queue_depth"}) {
     EXPECT_EQ(in_reference.erase(k), 1u) << k;
@@ -728,6 +766,18 @@ TEST(Examples, BasicPlansItsThreeOutputs) {
     EXPECT_EQ(plans[i].shape, shapes[i]);
     EXPECT_EQ(plans[i].params.store.dtype, dtypes[i]);
   }
+}
+
+TEST(Examples, ShmWritesARingNamedAfterItsPipeline) {
+  const TempDir dir;
+  dir.write("samples/sample_720p.mp4", "not decoded at load time");
+  const fs::path cfg = dir.write("config/examples/shm.yaml", read_text(kSourceDir / "config/examples/shm.yaml"));
+  const DaemonConfig c = load_file(cfg);
+  ASSERT_EQ(c.pipelines.size(), 1u);
+  EXPECT_EQ(c.pipelines[0].sink.kind, SinkKind::Shm);
+  EXPECT_EQ(c.pipelines[0].sink.shm_name, "lobby");
+  EXPECT_EQ(c.pipelines[0].sink.slots, 8);
+  EXPECT_TRUE(c.pipelines[0].source.loop);
 }
 
 TEST(Examples, RtspTakesThePasswordFromTheEnvironment) {

@@ -1,0 +1,70 @@
+#pragma once
+//! The layout of a framefuse shared-memory ring (sink `type: shm`): a POSIX shared-memory object
+//! (/dev/shm/<name>) that one writer (a pipeline) fills with each frame's output tensors and any
+//! number of readers on the host map read-only. Little endian; every offset from the object's start.
+//!
+//!   ShmHeader      at 0, kShmHeaderBytes: what the ring holds (outputs, dtypes, shapes, slots)
+//!   slot i         at header_bytes + i * slot_bytes, i < slots: a ShmSlot, then each output's
+//!                  tensor at its `offset` in the slot (64-byte aligned), C order
+//!
+//! Frame c (c = 0, 1, ... in the order written) goes to slot c % slots. Writing it: slot.seq =
+//! 2c + 1, the tensors, slot.frame_index, then slot.seq = 2c + 2 and header.published = c + 1
+//! (release stores). A reader takes c = published - 1 (or any later one it wants), checks
+//! slot.seq == 2c + 2 before and after copying the tensors out, and retries when either differs:
+//! the writer never waits, so a reader more than `slots` frames behind loses the oldest frames (it
+//! sees the gap in c). `closed` becomes 1 when the pipeline stops; a new writer of the same name
+//! makes a new object, so a reader still mapping the old one sees `closed`, or the writer's pid
+//! gone. tools/framefuse_shm.py reads rings from Python (numpy).
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace framefuse::shm {
+
+inline constexpr char kMagic[8] = {'F', 'F', 'S', 'H', 'M', 'R', 'N', 'G'};
+inline constexpr uint32_t kVersion = 1;
+inline constexpr uint32_t kShmHeaderBytes = 4096;
+inline constexpr uint32_t kMaxOutputs = 8;
+inline constexpr uint32_t kMaxDims = 4;
+inline constexpr size_t kAlign = 64;   //!< tensor offsets and the slot header
+
+//! One output's tensors: `bytes` at `offset` in every slot.
+struct ShmOutput {
+  char name[32];       //!< NUL-terminated
+  char dtype[8];       //!< numpy's: "float32", "float16", "uint8"; NUL-terminated
+  uint32_t ndim;       //!< entries of shape used
+  uint32_t reserved;
+  int64_t shape[kMaxDims];
+  uint64_t offset;     //!< from the slot's start
+  uint64_t bytes;
+};
+static_assert(sizeof(ShmOutput) == 96);
+
+struct ShmHeader {
+  char magic[8];                     //!< kMagic
+  uint32_t version;                  //!< kVersion
+  uint32_t header_bytes;             //!< kShmHeaderBytes: slot 0 starts here
+  uint32_t slots;
+  uint32_t outputs;                  //!< entries of `output` used
+  uint64_t slot_bytes;               //!< distance between slots, a multiple of 4096
+  int64_t writer_pid;
+  std::atomic<uint64_t> published;   //!< frames written so far
+  std::atomic<uint32_t> closed;      //!< 1 once the writer stopped
+  uint32_t reserved;
+  char pipeline[64];                 //!< the writing pipeline's name, NUL-terminated
+  ShmOutput output[kMaxOutputs];
+};
+static_assert(sizeof(ShmHeader) <= kShmHeaderBytes);
+static_assert(offsetof(ShmHeader, published) == 40 && offsetof(ShmHeader, closed) == 48 &&
+              offsetof(ShmHeader, pipeline) == 56 && offsetof(ShmHeader, output) == 120);
+
+//! The start of every slot.
+struct alignas(kAlign) ShmSlot {
+  std::atomic<uint64_t> seq;           //!< 2c + 1 while frame c is written, 2c + 2 once it is complete
+  std::atomic<int64_t> frame_index;    //!< the pipeline's index of the frame (decode order)
+};
+static_assert(sizeof(ShmSlot) == kAlign);
+static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
+              "the ring's atomics are shared between processes");
+
+}  // namespace framefuse::shm

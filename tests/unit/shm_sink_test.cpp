@@ -1,0 +1,233 @@
+//! ShmSink: the ring read back through its own mapping of /dev/shm/<name>, as another process
+//! would (read-only, by the layout of shm_ring.hpp), including a reader racing the writer.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <spdlog/fmt/fmt.h>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pipeline/error.hpp"
+#include "pipeline/sinks/shm_ring.hpp"
+#include "pipeline/sinks/shm_sink.hpp"
+
+namespace framefuse {
+namespace {
+
+namespace fs = std::filesystem;
+
+//! A name of this test process' own, so parallel test runs never share a ring.
+std::string ring_name(const char* what) { return fmt::format("framefuse-test-{}-{}", ::getpid(), what); }
+
+//! A read-only mapping of /dev/shm/<name>, as a reader in another process has it.
+class Mapping {
+ public:
+  explicit Mapping(const std::string& name) {
+    const int fd = ::shm_open(("/" + name).c_str(), O_RDONLY, 0);
+    if (fd < 0) throw std::runtime_error("shm_open " + name + ": " + std::strerror(errno));
+    struct stat st {};
+    ::fstat(fd, &st);
+    bytes_ = size_t(st.st_size);
+    void* p = ::mmap(nullptr, bytes_, PROT_READ, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (p == MAP_FAILED) throw std::runtime_error("mmap " + name);
+    base_ = static_cast<const std::byte*>(p);
+  }
+  ~Mapping() { ::munmap(const_cast<std::byte*>(base_), bytes_); }
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+
+  const shm::ShmHeader& header() const { return *reinterpret_cast<const shm::ShmHeader*>(base_); }
+  const std::byte* slot(uint64_t c) const {
+    return base_ + header().header_bytes + (c % header().slots) * header().slot_bytes;
+  }
+  const shm::ShmSlot& slot_header(uint64_t c) const { return *reinterpret_cast<const shm::ShmSlot*>(slot(c)); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  const std::byte* base_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+//! Two outputs of a 64x48 frame: float32 CHW 3x6x8 and uint8 HWC 4x5x1.
+std::vector<OutputPlan> make_plans() {
+  FrameInfo frame;
+  frame.width = 64;
+  frame.height = 48;
+  OutputSpec a;
+  a.name = "cls";
+  a.resize = {8, 6, 0};
+  OutputSpec b;
+  b.name = "gray";
+  b.resize = {5, 4, 0};
+  b.channels = ChannelOrder::Gray;
+  b.layout = ops::Layout::Hwc;
+  b.dtype = ops::DType::U8;
+  return {make_output_plan(a, frame, "a"), make_output_plan(b, frame, "b")};
+}
+
+//! Output k of frame `index`: every byte tells the frame and output it belongs to.
+std::vector<std::byte> pattern(const OutputPlan& plan, int64_t index, size_t k) {
+  std::vector<std::byte> v(plan.bytes_per_frame);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::byte(uint8_t(index * 31 + int64_t(k) * 7 + int64_t(i)));
+  return v;
+}
+
+//! Writes frame `index` of `plans` with pattern() contents.
+void write_frame(ShmSink& sink, const std::vector<OutputPlan>& plans, int64_t index) {
+  std::vector<std::vector<std::byte>> data;
+  std::vector<const std::byte*> ptrs;
+  for (size_t k = 0; k < plans.size(); ++k) data.push_back(pattern(plans[k], index, k));
+  for (const auto& d : data) ptrs.push_back(d.data());
+  sink.write(index, ptrs);
+}
+
+TEST(ShmSink, HeaderDescribesTheOutputsAndSlotsHoldTheFrames) {
+  const auto plans = make_plans();
+  const std::string name = ring_name("layout");
+  {
+    ShmSink sink(name, 4, plans, "lobby");
+    const Mapping ring(name);
+    const shm::ShmHeader& h = ring.header();
+    EXPECT_EQ(std::memcmp(h.magic, "FFSHMRNG", 8), 0);
+    EXPECT_EQ(h.version, 1u);
+    EXPECT_EQ(h.header_bytes, 4096u);
+    EXPECT_EQ(h.slots, 4u);
+    EXPECT_EQ(h.outputs, 2u);
+    EXPECT_EQ(h.slot_bytes % 4096, 0u);
+    EXPECT_EQ(h.writer_pid, ::getpid());
+    EXPECT_STREQ(h.pipeline, "lobby");
+    EXPECT_EQ(ring.bytes(), 4096 + 4 * h.slot_bytes);
+    EXPECT_STREQ(h.output[0].name, "cls");
+    EXPECT_STREQ(h.output[0].dtype, "float32");
+    EXPECT_EQ(h.output[0].ndim, 3u);
+    EXPECT_EQ(std::vector<int64_t>(h.output[0].shape, h.output[0].shape + 3), (std::vector<int64_t>{3, 6, 8}));
+    EXPECT_EQ(h.output[0].bytes, 3u * 6 * 8 * 4);
+    EXPECT_STREQ(h.output[1].name, "gray");
+    EXPECT_STREQ(h.output[1].dtype, "uint8");
+    EXPECT_EQ(std::vector<int64_t>(h.output[1].shape, h.output[1].shape + 3), (std::vector<int64_t>{4, 5, 1}));
+    for (uint32_t k = 0; k < 2; ++k) {
+      EXPECT_EQ(h.output[k].offset % 64, 0u);
+      EXPECT_GE(h.output[k].offset, sizeof(shm::ShmSlot));
+      EXPECT_LE(h.output[k].offset + h.output[k].bytes, h.slot_bytes);
+    }
+    EXPECT_GE(h.output[1].offset, h.output[0].offset + h.output[0].bytes);
+    EXPECT_EQ(h.published.load(), 0u);
+    EXPECT_EQ(h.closed.load(), 0u);
+
+    for (int64_t i = 0; i < 3; ++i) write_frame(sink, plans, 100 + i);
+    EXPECT_EQ(h.published.load(), 3u);
+    for (uint64_t c = 0; c < 3; ++c) {
+      EXPECT_EQ(ring.slot_header(c).seq.load(), 2 * c + 2);
+      EXPECT_EQ(ring.slot_header(c).frame_index.load(), int64_t(100 + c));
+      for (size_t k = 0; k < 2; ++k) {
+        const auto want = pattern(plans[k], int64_t(100 + c), k);
+        EXPECT_EQ(std::memcmp(ring.slot(c) + h.output[k].offset, want.data(), want.size()), 0) << c << " " << k;
+      }
+    }
+    EXPECT_EQ(ring.slot_header(3).seq.load(), 0u) << "a slot never written";
+    sink.flush();
+    EXPECT_EQ(h.closed.load(), 1u);
+  }
+  EXPECT_FALSE(fs::exists("/dev/shm/" + name)) << "the name goes with the sink";
+}
+
+TEST(ShmSink, TheRingWrapsAndKeepsTheNewestFrames) {
+  const auto plans = make_plans();
+  const std::string name = ring_name("wrap");
+  ShmSink sink(name, 3, plans, "p");
+  const Mapping ring(name);
+  for (int64_t i = 0; i < 10; ++i) write_frame(sink, plans, i);
+  EXPECT_EQ(ring.header().published.load(), 10u);
+  for (uint64_t c = 7; c < 10; ++c) {
+    EXPECT_EQ(ring.slot_header(c).seq.load(), 2 * c + 2) << c;
+    EXPECT_EQ(ring.slot_header(c).frame_index.load(), int64_t(c));
+    const auto want = pattern(plans[0], int64_t(c), 0);
+    EXPECT_EQ(std::memcmp(ring.slot(c) + ring.header().output[0].offset, want.data(), want.size()), 0) << c;
+  }
+}
+
+TEST(ShmSink, AReaderRacingTheWriterNeverAcceptsATornFrame) {
+  // One 256 KiB output, 2 slots: the writer laps the reader constantly.
+  FrameInfo frame;
+  frame.width = 512;
+  frame.height = 256;
+  OutputSpec big;
+  big.name = "big";
+  big.resize = {512, 128, 0};
+  big.dtype = ops::DType::U8;
+  const std::vector<OutputPlan> plans{make_output_plan(big, frame, "p")};
+  const std::string name = ring_name("race");
+  ShmSink sink(name, 2, plans, "p");
+  const Mapping ring(name);
+  constexpr int64_t kFrames = 4000;
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    for (int64_t i = 0; i < kFrames; ++i) write_frame(sink, plans, i);
+    done = true;
+  });
+  const shm::ShmOutput& out = ring.header().output[0];
+  std::vector<std::byte> copy(out.bytes);
+  int64_t accepted = 0, rejected = 0, last = -1;
+  while (!done || ring.header().published.load() > uint64_t(last + 1)) {
+    const uint64_t published = ring.header().published.load(std::memory_order_acquire);
+    if (published == 0) continue;
+    const uint64_t c = published - 1;
+    const shm::ShmSlot& slot = ring.slot_header(c);
+    if (slot.seq.load(std::memory_order_acquire) != 2 * c + 2) {
+      ++rejected;
+      continue;
+    }
+    const int64_t index = slot.frame_index.load(std::memory_order_relaxed);
+    std::memcpy(copy.data(), ring.slot(c) + out.offset, copy.size());
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (slot.seq.load(std::memory_order_relaxed) != 2 * c + 2) {
+      ++rejected;
+      continue;
+    }
+    ASSERT_EQ(index, int64_t(c));
+    ASSERT_GE(index, last) << "frames go forward";
+    const auto want = pattern(plans[0], index, 0);
+    ASSERT_EQ(std::memcmp(copy.data(), want.data(), want.size()), 0) << "torn frame " << index;
+    last = index;
+    ++accepted;
+  }
+  writer.join();
+  EXPECT_EQ(last, kFrames - 1) << "the last frame is read";
+  EXPECT_GT(accepted, 50);
+  std::printf("reader: %lld frames accepted, %lld reads rejected as overwritten\n", static_cast<long long>(accepted),
+              static_cast<long long>(rejected));
+}
+
+TEST(ShmSink, AStaleRingOfTheSameNameIsReplaced) {
+  const auto plans = make_plans();
+  const std::string name = ring_name("stale");
+  std::ofstream("/dev/shm/" + name) << "left by a writer that died";
+  ShmSink sink(name, 2, plans, "p");
+  const Mapping ring(name);
+  EXPECT_EQ(std::memcmp(ring.header().magic, "FFSHMRNG", 8), 0);
+  EXPECT_EQ(ring.header().published.load(), 0u);
+}
+
+TEST(ShmSink, BadNamesAndSizesAreRefused) {
+  const auto plans = make_plans();
+  for (const std::string& bad : std::vector<std::string>{"", ".hidden", "a/b", "a b", std::string(201, 'x')}) {
+    EXPECT_FALSE(valid_shm_name(bad)) << bad;
+    EXPECT_THROW(ShmSink(bad, 2, plans, "p"), ConfigError) << bad;
+  }
+  for (const std::string& good : std::vector<std::string>{"lobby", "cam-1.main_0", std::string(200, 'x')})
+    EXPECT_TRUE(valid_shm_name(good)) << good;
+  EXPECT_THROW(ShmSink(ring_name("zero"), 0, plans, "p"), ConfigError);
+  EXPECT_THROW(ShmSink(ring_name("none"), 2, {}, "p"), ConfigError);
+}
+
+}  // namespace
+}  // namespace framefuse

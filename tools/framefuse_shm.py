@@ -1,0 +1,127 @@
+"""Reads a framefuse shared-memory ring (a pipeline with `sink: {type: shm}`) from Python.
+
+    from framefuse_shm import ShmRing
+    ring = ShmRing("lobby")                 # maps /dev/shm/lobby read-only
+    for frame in ring.frames():             # new frames as they come; ends when the pipeline stops
+        x = frame.outputs["classifier"]     # numpy array with the output's shape and dtype (a copy)
+
+Layout and protocol: pipeline/sinks/shm_ring.hpp. Frame c of the ring sits in slot c % slots and is
+complete while the slot's sequence word is 2c + 2; a read checks that before and after copying the
+tensors out, so a frame the writer overwrote meanwhile is never returned torn.
+"""
+import mmap
+import os
+import struct
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+MAGIC = b"FFSHMRNG"
+VERSION = 1
+_HEADER = struct.Struct("<8sIIIIQq")        # magic, version, header_bytes, slots, outputs, slot_bytes, writer_pid
+_PUBLISHED, _CLOSED, _PIPELINE, _OUTPUTS = 40, 48, 56, 120
+_OUTPUT = struct.Struct("<32s8sII4qQQ")     # name, dtype, ndim, reserved, shape[4], offset, bytes
+_U64 = struct.Struct("<Q")
+_I64 = struct.Struct("<q")
+
+
+@dataclass
+class Output:
+    name: str
+    dtype: np.dtype
+    shape: tuple
+    offset: int
+    nbytes: int
+
+
+@dataclass
+class Frame:
+    counter: int          # the ring's count of this frame: 0, 1, ... in the order written
+    frame_index: int      # the pipeline's index of the frame (decode order)
+    outputs: dict = field(default_factory=dict)
+
+
+class ShmRing:
+    """A read-only mapping of /dev/shm/<name>."""
+
+    def __init__(self, name, directory="/dev/shm"):
+        self.path = os.path.join(directory, name)
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            self.inode = os.fstat(fd).st_ino
+            self._map = mmap.mmap(fd, 0, mmap.MAP_SHARED, mmap.PROT_READ)
+        finally:
+            os.close(fd)
+        magic, version, self.header_bytes, self.slots, count, self.slot_bytes, self.writer_pid = \
+            _HEADER.unpack_from(self._map, 0)
+        if magic != MAGIC:
+            raise ValueError(f"{self.path}: not a framefuse ring (magic {magic!r})")
+        if version != VERSION:
+            raise ValueError(f"{self.path}: ring version {version}, this reader knows {VERSION}")
+        self.pipeline = self._map[_PIPELINE:_PIPELINE + 64].split(b"\0", 1)[0].decode()
+        self.outputs = []
+        for k in range(count):
+            name, dtype, ndim, _, *rest = _OUTPUT.unpack_from(self._map, _OUTPUTS + k * _OUTPUT.size)
+            shape, offset, nbytes = tuple(rest[:ndim]), rest[4], rest[5]
+            self.outputs.append(Output(name.split(b"\0", 1)[0].decode(), np.dtype(dtype.split(b"\0", 1)[0].decode()),
+                                       shape, offset, nbytes))
+
+    def close(self):
+        self._map.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def published(self):
+        """Frames the writer has completed so far."""
+        return _U64.unpack_from(self._map, _PUBLISHED)[0]
+
+    def closed(self):
+        """True once the writing pipeline stopped: no frame follows."""
+        return struct.unpack_from("<I", self._map, _CLOSED)[0] == 1
+
+    def replaced(self):
+        """True when /dev/shm/<name> is now another ring (the pipeline restarted) or gone."""
+        try:
+            return os.stat(self.path).st_ino != self.inode
+        except FileNotFoundError:
+            return True
+
+    def read(self, counter):
+        """Frame `counter` (copied out), or None when its slot holds another frame by now."""
+        base = self.header_bytes + (counter % self.slots) * self.slot_bytes
+        want = 2 * counter + 2
+        if _U64.unpack_from(self._map, base)[0] != want:
+            return None
+        frame_index = _I64.unpack_from(self._map, base + 8)[0]
+        outputs = {o.name: np.frombuffer(self._map, o.dtype, o.nbytes // o.dtype.itemsize, base + o.offset)
+                   .reshape(o.shape).copy() for o in self.outputs}
+        if _U64.unpack_from(self._map, base)[0] != want:
+            return None
+        return Frame(counter, frame_index, outputs)
+
+    def frames(self, start=None, poll_s=0.001, timeout_s=None):
+        """Yields frames in the order written, from `start` (default: the next one published). A
+        frame overwritten before it was read is skipped (`counter` shows the gap). Ends when the
+        pipeline stops and the last frame was yielded, or after `timeout_s` without a new frame."""
+        counter = self.published() if start is None else start
+        idle_since = time.monotonic()
+        while True:
+            published = self.published()
+            if counter >= published:
+                if self.closed() or self.replaced():
+                    return
+                if timeout_s is not None and time.monotonic() - idle_since > timeout_s:
+                    return
+                time.sleep(poll_s)
+                continue
+            counter = max(counter, published - self.slots)   # older ones are overwritten
+            frame = self.read(counter)
+            counter += 1
+            if frame is not None:
+                idle_since = time.monotonic()
+                yield frame
