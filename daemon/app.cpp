@@ -257,7 +257,10 @@ void App::log_summary() {
     uint64_t dropped = 0;
     for (auto d : s.dropped) dropped += d;
     const double lat_ms = 1e3 * s.latency.mean_s().value_or(0);
-    std::string where = r->spec().sink.kind == SinkKind::Npy ? r->spec().sink.directory : "null sink";
+    const SinkSpec& sink = r->spec().sink;
+    const std::string where = sink.kind == SinkKind::Npy   ? sink.directory
+                              : sink.kind == SinkKind::Shm ? "/dev/shm/" + sink.shm_name
+                                                           : "null sink";
     spdlog::info("summary '{}': {} frames decoded, {} processed, {} dropped, {:.1f} fps average over {:.2f} s, "
                  "mean decode->output {:.2f} ms, state {}, outputs in {}",
                  name, s.frames_decoded, s.frames_processed, dropped, s.frames_processed / std::max(elapsed, 1e-9),
