@@ -7,7 +7,9 @@
 
 Layout and protocol: pipeline/sinks/shm_ring.hpp. Frame c of the ring sits in slot c % slots and is
 complete while the slot's sequence word is 2c + 2; a read checks that before and after copying the
-tensors out, so a frame the writer overwrote meanwhile is never returned torn.
+tensors out, so a frame the writer overwrote meanwhile is never returned torn. A pipeline that
+starts again (a reload, a new stream resolution) makes a new ring under the same name: frames() ends
+at the old one's close, and opening the name again follows the new one.
 """
 import mmap
 import os

@@ -314,6 +314,7 @@ void PipelineRunner::start() {
         if (!current || !(*current == frame->info)) {
           while (!in_flight.empty()) complete_oldest();
           if (sink) sink->flush();
+          sink.reset();   // before its successor exists: a shm sink's name passes on to the new one
           plans = make_output_plans(spec_, frame->info);
           executor->setup(frame->info, make_color_params(spec_.color, frame->info), plans, 1);
           setup_control(*executor, frame->info, plans);

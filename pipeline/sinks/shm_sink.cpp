@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -67,6 +68,8 @@ ShmSink::ShmSink(std::string name, int32_t slots, std::vector<OutputPlan> plans,
   if (fd < 0) throw SinkError(fmt::format("{}: cannot create /dev/shm{}: {}", where, name_, std::strerror(errno)));
   // posix_fallocate, not ftruncate: the pages are reserved now, so a full /dev/shm fails here and
   // not with SIGBUS at some later frame. They start zeroed.
+  struct stat st {};
+  if (::fstat(fd, &st) == 0) inode_ = uint64_t(st.st_ino);
   const int err = ::posix_fallocate(fd, 0, off_t(bytes_));
   void* map = err == 0 ? ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
   const int map_errno = errno;
@@ -96,7 +99,9 @@ ShmSink::~ShmSink() {
   if (!base_) return;
   flush();
   ::munmap(base_, bytes_);
-  ::shm_unlink(name_.c_str());
+  // /dev/shm is where glibc's shm_open keeps the names it makes.
+  struct stat st {};
+  if (::stat(("/dev/shm" + name_).c_str(), &st) == 0 && uint64_t(st.st_ino) == inode_) ::shm_unlink(name_.c_str());
 }
 
 void ShmSink::write(int64_t frame_index, std::span<const std::byte* const> outputs) {

@@ -18,7 +18,8 @@ class ShmSink final : public Sink {
   //! not one plain file name, slots < 1, more outputs or dimensions than the ring describes) or
   //! SinkError (the object cannot be created or sized, e.g. /dev/shm full).
   ShmSink(std::string name, int32_t slots, std::vector<OutputPlan> plans, std::string pipeline);
-  //! Marks the ring closed and removes its name; mappings stay valid for readers that have one.
+  //! Marks the ring closed and removes its name, unless a newer sink took the name over; mappings
+  //! stay valid for readers that have one.
   ~ShmSink() override;
   ShmSink(const ShmSink&) = delete;
   ShmSink& operator=(const ShmSink&) = delete;
@@ -34,6 +35,7 @@ class ShmSink final : public Sink {
   std::vector<OutputPlan> plans_;
   std::byte* base_ = nullptr;
   size_t bytes_ = 0;
+  uint64_t inode_ = 0;     //!< of the object created: the name is ours while it names this inode
   uint64_t written_ = 0;   //!< frames written: the next one's c
 };
 

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <spdlog/fmt/fmt.h>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -215,6 +216,21 @@ TEST(ShmSink, AStaleRingOfTheSameNameIsReplaced) {
   const Mapping ring(name);
   EXPECT_EQ(std::memcmp(ring.header().magic, "FFSHMRNG", 8), 0);
   EXPECT_EQ(ring.header().published.load(), 0u);
+}
+
+TEST(ShmSink, ASuccessorOfTheSameNameKeepsItWhenTheOldSinkGoes) {
+  const auto plans = make_plans();
+  const std::string name = ring_name("successor");
+  auto old_sink = std::make_unique<ShmSink>(name, 2, plans, "p");
+  const Mapping old_ring(name);
+  write_frame(*old_sink, plans, 0);
+  ShmSink successor(name, 4, plans, "p");   // e.g. the stream changed resolution
+  old_sink.reset();
+  EXPECT_EQ(old_ring.header().closed.load(), 1u) << "the old ring's readers learn it ended";
+  ASSERT_TRUE(fs::exists("/dev/shm/" + name)) << "the name now belongs to the successor";
+  const Mapping ring(name);
+  EXPECT_EQ(ring.header().slots, 4u);
+  EXPECT_EQ(ring.header().closed.load(), 0u);
 }
 
 TEST(ShmSink, BadNamesAndSizesAreRefused) {
