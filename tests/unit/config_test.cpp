@@ -533,7 +533,8 @@ TEST(Load, ShmSinkNamesItsRingAfterThePipelineUnlessTold) {
   const DaemonConfig c = load_string(
       "pipelines:\n"
       "  - {name: lobby, source: {uri: 'rtsp://h/1'}, outputs: [{name: o}], sink: {type: shm}}\n"
-      "  - {name: dock, source: {uri: 'rtsp://h/2'}, outputs: [{name: o}], sink: {type: shm, name: dock.main, slots: 32}}\n",
+      "  - {name: dock, source: {uri: 'rtsp://h/2'}, outputs: [{name: o}],\n"
+      "     sink: {type: shm, name: dock.main, slots: 32}}\n",
       "s.yaml", "/tmp");
   ASSERT_EQ(c.pipelines.size(), 2u);
   EXPECT_EQ(c.pipelines[0].sink.kind, SinkKind::Shm);
@@ -556,8 +557,10 @@ TEST(Load, ShmSinkKeysAreCheckedWhereTheyStand) {
   EXPECT_EQ(sink_error("{type: shm, name: 'a/b'}"),
             "s.yaml:2:90: pipelines[0].sink.name: 'a/b' is not a shared-memory name (1-200 letters, digits, '.', "
             "'_', '-'; not starting with '.')");
-  EXPECT_EQ(sink_error("{type: shm, slots: 0}"), "s.yaml:2:91: pipelines[0].sink.slots: must be between 1 and 1024, got 0");
-  EXPECT_EQ(sink_error("{type: shm, directory: out}"), "s.yaml:2:95: pipelines[0].sink.directory: applies to npy sinks only");
+  EXPECT_EQ(sink_error("{type: shm, slots: 0}"),
+            "s.yaml:2:91: pipelines[0].sink.slots: must be between 1 and 1024, got 0");
+  EXPECT_EQ(sink_error("{type: shm, directory: out}"),
+            "s.yaml:2:95: pipelines[0].sink.directory: applies to npy sinks only");
   EXPECT_EQ(sink_error("{type: npy, directory: out, name: x}"),
             "s.yaml:2:106: pipelines[0].sink.name: applies to shm sinks only");
   EXPECT_EQ(sink_error("{type: shm, name: b}", "{type: shm}"),

@@ -14,6 +14,7 @@
 
 #include "pipeline/error.hpp"
 #include "pipeline/sinks/npy_sink.hpp"
+#include "tests/support/output_plans.hpp"
 
 namespace framefuse {
 namespace {
@@ -86,22 +87,7 @@ Bytes random_payload(size_t n, uint32_t seed) {
 }
 
 //! Two outputs of a 64x48 frame: 3-channel CHW 8x6 and gray HWC 5x4, both of `dtype`.
-std::vector<OutputPlan> make_plans(ops::DType dtype) {
-  FrameInfo frame;
-  frame.width = 64;
-  frame.height = 48;
-  OutputSpec a;
-  a.name = "cls";
-  a.resize = {8, 6, 0};
-  a.dtype = dtype;
-  OutputSpec b;
-  b.name = "gray";
-  b.resize = {5, 4, 0};
-  b.channels = ChannelOrder::Gray;
-  b.layout = ops::Layout::Hwc;
-  b.dtype = dtype;
-  return {make_output_plan(a, frame, "a"), make_output_plan(b, frame, "b")};
-}
+std::vector<OutputPlan> make_plans(ops::DType dtype) { return test::two_output_plans(dtype, dtype); }
 
 struct SinkCase {
   ops::DType dtype;

@@ -19,6 +19,7 @@
 #include "pipeline/error.hpp"
 #include "pipeline/sinks/shm_ring.hpp"
 #include "pipeline/sinks/shm_sink.hpp"
+#include "tests/support/output_plans.hpp"
 
 namespace framefuse {
 namespace {
@@ -59,21 +60,7 @@ class Mapping {
 };
 
 //! Two outputs of a 64x48 frame: float32 CHW 3x6x8 and uint8 HWC 4x5x1.
-std::vector<OutputPlan> make_plans() {
-  FrameInfo frame;
-  frame.width = 64;
-  frame.height = 48;
-  OutputSpec a;
-  a.name = "cls";
-  a.resize = {8, 6, 0};
-  OutputSpec b;
-  b.name = "gray";
-  b.resize = {5, 4, 0};
-  b.channels = ChannelOrder::Gray;
-  b.layout = ops::Layout::Hwc;
-  b.dtype = ops::DType::U8;
-  return {make_output_plan(a, frame, "a"), make_output_plan(b, frame, "b")};
-}
+std::vector<OutputPlan> make_plans() { return test::two_output_plans(ops::DType::F32, ops::DType::U8); }
 
 //! Output k of frame `index`: every byte tells the frame and output it belongs to.
 std::vector<std::byte> pattern(const OutputPlan& plan, int64_t index, size_t k) {
@@ -157,15 +144,12 @@ TEST(ShmSink, TheRingWrapsAndKeepsTheNewestFrames) {
 }
 
 TEST(ShmSink, AReaderRacingTheWriterNeverAcceptsATornFrame) {
-  // One 256 KiB output, 2 slots: the writer laps the reader constantly.
+  // One 192 KiB output, 2 slots: the writer laps the reader.
   FrameInfo frame;
   frame.width = 512;
   frame.height = 256;
-  OutputSpec big;
-  big.name = "big";
-  big.resize = {512, 128, 0};
-  big.dtype = ops::DType::U8;
-  const std::vector<OutputPlan> plans{make_output_plan(big, frame, "p")};
+  const std::vector<OutputPlan> plans{make_output_plan({.name = "big", .resize = {512, 128, 0}, .dtype = ops::DType::U8},
+                                                       frame, "p")};
   const std::string name = ring_name("race");
   ShmSink sink(name, 2, plans, "p");
   const Mapping ring(name);
