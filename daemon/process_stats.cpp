@@ -56,7 +56,7 @@ ProcessStats read_process_stats() {
   if (const size_t close = line.rfind(')'); close != std::string::npos) {
     std::istringstream fields(line.substr(close + 1));
     std::string f;
-    double ticks = double(sysconf(_SC_CLK_TCK));
+    const double ticks = double(sysconf(_SC_CLK_TCK));
     for (int field = 3; fields >> f; ++field) {
       if (field == 14 || field == 15) s.cpu_seconds += std::stod(f) / ticks;     // utime, stime
       if (field == 22) s.start_time_unix_s = boot_time_unix_s() + std::stod(f) / ticks;   // starttime

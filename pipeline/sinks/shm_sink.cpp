@@ -6,10 +6,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <iterator>
-#include <new>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
+#include <new>
 #include <spdlog/fmt/fmt.h>
 
 #include "pipeline/error.hpp"
@@ -66,10 +66,10 @@ ShmSink::ShmSink(std::string name, int32_t slots, std::vector<OutputPlan> plans,
   ::shm_unlink(name_.c_str());   // a stale ring of a writer that died: readers keep their mapping
   const int fd = ::shm_open(name_.c_str(), O_RDWR | O_CREAT | O_EXCL, 0644);
   if (fd < 0) throw SinkError(fmt::format("{}: cannot create /dev/shm{}: {}", where, name_, std::strerror(errno)));
-  // posix_fallocate, not ftruncate: the pages are reserved now, so a full /dev/shm fails here and
-  // not with SIGBUS at some later frame. They start zeroed.
   struct stat st {};
   if (::fstat(fd, &st) == 0) inode_ = uint64_t(st.st_ino);
+  // posix_fallocate, not ftruncate: the pages are reserved now, so a full /dev/shm fails here and
+  // not with SIGBUS at some later frame. They start zeroed.
   const int err = ::posix_fallocate(fd, 0, off_t(bytes_));
   void* map = err == 0 ? ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
   const int map_errno = errno;

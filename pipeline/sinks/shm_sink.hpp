@@ -25,16 +25,15 @@ class ShmSink final : public Sink {
   ShmSink& operator=(const ShmSink&) = delete;
 
   void write(int64_t frame_index, std::span<const std::byte* const> outputs) override;
-  //! Marks the ring closed: readers know no frame follows.
+  //! Marks the ring closed: readers know no frame follows (the pipeline stops, or sets up again
+  //! with a new sink).
   void flush() override;
-
-  size_t bytes() const { return bytes_; }   //!< of the whole object
 
  private:
   std::string name_;   //!< with the leading '/' shm_open wants
   std::vector<OutputPlan> plans_;
   std::byte* base_ = nullptr;
-  size_t bytes_ = 0;
+  size_t bytes_ = 0;       //!< of the whole object
   uint64_t inode_ = 0;     //!< of the object created: the name is ours while it names this inode
   uint64_t written_ = 0;   //!< frames written: the next one's c
 };
