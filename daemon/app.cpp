@@ -13,6 +13,7 @@
 #include "daemon/process_stats.hpp"
 #include "daemon/version.hpp"
 #include "pipeline/error.hpp"
+#include "pipeline/sinks/sink.hpp"
 #include "pipeline/util/redact.hpp"
 
 namespace framefuse::daemon {
@@ -257,10 +258,8 @@ void App::log_summary() {
     uint64_t dropped = 0;
     for (auto d : s.dropped) dropped += d;
     const double lat_ms = 1e3 * s.latency.mean_s().value_or(0);
-    const SinkSpec& sink = r->spec().sink;
-    const std::string where = sink.kind == SinkKind::Npy   ? sink.directory
-                              : sink.kind == SinkKind::Shm ? "/dev/shm/" + sink.shm_name
-                                                           : "null sink";
+    const std::string target = sink_target(r->spec().sink);
+    const std::string where = target.empty() ? "null sink" : target;
     spdlog::info("summary '{}': {} frames decoded, {} processed, {} dropped, {:.1f} fps average over {:.2f} s, "
                  "mean decode->output {:.2f} ms, state {}, outputs in {}",
                  name, s.frames_decoded, s.frames_processed, dropped, s.frames_processed / std::max(elapsed, 1e-9),
@@ -319,6 +318,8 @@ std::vector<PipelineSnapshot> App::pipelines() {
     s.device = to_string(r->device());
     s.source = redact_uri(r->spec().source.uri);
     for (const auto& o : r->spec().outputs) s.outputs.push_back(o.name);
+    s.sink_type = sink_type_name(r->spec().sink.kind);
+    s.sink_target = sink_target(r->spec().sink);
     out.push_back(std::move(s));
   }
   return out;

@@ -62,6 +62,8 @@ void append_pipeline(std::string& out, const PipelineSnapshot& p) {
   out += R"("outputs":[)";
   for (size_t k = 0; k < p.outputs.size(); ++k) fmt::format_to(o, "{}{}", k ? "," : "", json_string(p.outputs[k]));
   out += "],";
+  fmt::format_to(o, R"("sink":{{"type":{},"target":{}}},)", json_string(p.sink_type),
+                 p.sink_target.empty() ? "null" : json_string(p.sink_target));
   fmt::format_to(o, R"("frame":{},"last_error":{},)", json_string(p.frame), json_string(redact_uri(p.last_error)));
   append_control(out, p.control);
   out += '}';

@@ -108,6 +108,8 @@ struct PipelineSnapshot {
   std::string last_error;             //!< redacted
   std::optional<ControlSnapshot> control;   //!< set once a control iteration completed
   std::vector<std::string> outputs;   //!< output names, in spec order (set by the owner of the spec)
+  std::string sink_type;              //!< "npy", "shm", "null" (set by the owner of the spec)
+  std::string sink_target;            //!< where the sink writes (sink_target()); empty for null
 };
 
 class PipelineStats {

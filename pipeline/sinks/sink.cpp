@@ -17,6 +17,24 @@ class NullSink final : public Sink {
 
 bool reads_host_outputs(const SinkSpec& spec) { return spec.kind != SinkKind::Null; }
 
+const char* sink_type_name(SinkKind kind) {
+  switch (kind) {
+    case SinkKind::Npy: return "npy";
+    case SinkKind::Shm: return "shm";
+    case SinkKind::Null: break;
+  }
+  return "null";
+}
+
+std::string sink_target(const SinkSpec& spec) {
+  switch (spec.kind) {
+    case SinkKind::Npy: return spec.directory;
+    case SinkKind::Shm: return "/dev/shm/" + spec.shm_name;
+    case SinkKind::Null: break;
+  }
+  return {};
+}
+
 std::unique_ptr<Sink> make_sink(const SinkSpec& spec, std::span<const OutputPlan> plans, const std::string& pipeline) {
   std::vector<OutputPlan> copied(plans.begin(), plans.end());
   switch (spec.kind) {

@@ -38,6 +38,12 @@ class Sink {
 //! sink: its pipelines leave their outputs in device memory (no download per frame).
 bool reads_host_outputs(const SinkSpec& spec);
 
+//! "npy", "shm", "null": the sink's `type` in the config.
+const char* sink_type_name(SinkKind kind);
+
+//! Where the sink writes: an npy sink's folder, a shm sink's /dev/shm/<name>; empty for null.
+std::string sink_target(const SinkSpec& spec);
+
 //! The sink `spec` asks for, for outputs planned as `plans` (copied). Throws ConfigError naming
 //! `pipeline` for specs no sink can honour, SinkError when the output folders cannot be created.
 std::unique_ptr<Sink> make_sink(const SinkSpec& spec, std::span<const OutputPlan> plans, const std::string& pipeline);

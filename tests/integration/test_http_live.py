@@ -400,6 +400,7 @@ class HttpLiveTest(unittest.TestCase):
         self.assertIsNone(rtsp["submit_cpu"]["mean_s"])
         self.assertTrue(rtsp["source"].startswith("rtsp://") and "127.0.0.1:1/x" in rtsp["source"], rtsp["source"])
         self.assertRegex(rtsp["last_error"], r"(?i)refused")
+        self.assertEqual(cam["sink"], {"type": "null", "target": None})
 
         bodies = {path: d.get(path)[2] for path in ("/status", "/metrics", "/readyz", "/preview/secretcam.jpg")}
         for path, body in bodies.items():

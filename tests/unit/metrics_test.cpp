@@ -221,16 +221,21 @@ TEST(Metrics, PoolDecoderAndGpuSeriesHaveExactValues) {
   EXPECT_TRUE(has_line(cpu, "framefuse_nvdec_sessions 0")) << cpu;
 }
 
-TEST(StatusJson, PoolDecoderOutputsAndGpus) {
+TEST(StatusJson, PoolDecoderOutputsSinkAndGpus) {
   PipelineSnapshot ps[] = {known_pipeline("lobby", 0), known_pipeline("dock", 1000)};
   ps[0].decoder = "nvdec";
   ps[1].decoder = "";
+  ps[0].sink_type = "shm";
+  ps[0].sink_target = "/dev/shm/lobby";
+  ps[1].sink_type = "null";
   const std::string j = render_status_json(with_gpus(known_daemon()), ps);
   EXPECT_NE(j.find(R"("gpus":[{"device":"cuda:0","used_bytes":3221225472,"total_bytes":150754820096},)"
                    R"({"device":"cuda:2","used_bytes":1048576,"total_bytes":85899345920}],"nvdec_sessions":1,)"),
             std::string::npos) << j;
-  EXPECT_NE(j.find(R"("pool":{"in_use":6,"capacity":16},"decoder":"nvdec","nvdec_fallbacks":1,"outputs":["cls","det"],)"),
+  EXPECT_NE(j.find(R"("pool":{"in_use":6,"capacity":16},"decoder":"nvdec","nvdec_fallbacks":1,"outputs":["cls","det"],)"
+                   R"("sink":{"type":"shm","target":"/dev/shm/lobby"},)"),
             std::string::npos) << j;
+  EXPECT_NE(j.find(R"("sink":{"type":"null","target":null},)"), std::string::npos) << j;
   EXPECT_NE(j.find(R"("pool":{"in_use":1006,"capacity":1016},"decoder":null,"nvdec_fallbacks":1001,)"),
             std::string::npos) << j;
   const std::string cpu = render_status_json(known_daemon(), std::span(&ps[1], 1));
