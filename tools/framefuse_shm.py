@@ -26,6 +26,10 @@ _PUBLISHED, _CLOSED, _PIPELINE, _OUTPUTS = 40, 48, 56, 120
 _OUTPUT = struct.Struct("<32s8sII4qQQ")     # name, dtype, ndim, reserved, shape[4], offset, bytes
 _U64 = struct.Struct("<Q")
 _I64 = struct.Struct("<q")
+_CONTROL = struct.Struct("<IIQ6fII")        # valid, health_flags, measured_frame, 6 frame statistics, outputs
+_CONTROL_OUTPUT = struct.Struct("<3f4i")    # gain, mean_luma, motion, x, y, w, h
+_CONTROL_AT, _CONTROL_OUTPUTS_AT = 64, 64 + 48
+HEALTH = ("frozen", "black", "overexposed", "scene_change")
 
 
 @dataclass
@@ -42,6 +46,7 @@ class Frame:
     counter: int          # the ring's count of this frame: 0, 1, ... in the order written
     frame_index: int      # the pipeline's index of the frame (decode order)
     outputs: dict = field(default_factory=dict)
+    control: dict = None  # pipelines with `control:`: statistics, health and per-output gain / crop window
 
 
 class ShmRing:
@@ -102,9 +107,25 @@ class ShmRing:
         frame_index = _I64.unpack_from(self._map, base + 8)[0]
         outputs = {o.name: np.frombuffer(self._map, o.dtype, o.nbytes // o.dtype.itemsize, base + o.offset)
                    .reshape(o.shape).copy() for o in self.outputs}
+        control = self._control(base)
         if _U64.unpack_from(self._map, base)[0] != want:
             return None
-        return Frame(counter, frame_index, outputs)
+        return Frame(counter, frame_index, outputs, control)
+
+    def _control(self, base):
+        valid, flags, measured, luma, variance, motion, black, white, scene, count, _ = \
+            _CONTROL.unpack_from(self._map, base + _CONTROL_AT)
+        if not valid:
+            return None
+        outputs = {}
+        for k in range(min(count, len(self.outputs))):
+            gain, out_luma, out_motion, x, y, w, h = \
+                _CONTROL_OUTPUT.unpack_from(self._map, base + _CONTROL_OUTPUTS_AT + k * _CONTROL_OUTPUT.size)
+            outputs[self.outputs[k].name] = {"gain": gain, "mean_luma": out_luma, "motion": out_motion,
+                                             "roi": (x, y, w, h)}
+        return {"measured_frame": measured, "mean_luma": luma, "variance": variance, "motion": motion,
+                "black": black, "white": white, "scene_distance": scene,
+                "health": [name for bit, name in enumerate(HEALTH) if flags & (1 << bit)], "outputs": outputs}
 
     def frames(self, start=None, poll_s=0.001, timeout_s=None):
         """Yields frames in the order written, from `start` (default: the next one published). A

@@ -292,11 +292,11 @@ void PipelineRunner::start() {
       const Submitted f = in_flight.front();
       in_flight.pop_front();
       std::copy(done.outputs.begin(), done.outputs.end(), sink_outs.begin());
-      sink->write(f.index, sink_outs);
-      if (const auto record = executor->control_record()) {
+      if (const auto record = executor->control_record()) {   // before the tensors: see Sink::write_control
         stats_.set_control(*record);
         sink->write_control(f.index, *record);
       }
+      sink->write(f.index, sink_outs);
       stats_.frames_processed.fetch_add(1, std::memory_order_relaxed);
       stats_.observe_frame(f.decoded_at, f.call, done.device_seconds);
     };

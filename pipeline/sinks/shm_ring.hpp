@@ -4,12 +4,12 @@
 //! number of readers on the host map read-only. Little endian; every offset from the object's start.
 //!
 //!   ShmHeader      at 0, kShmHeaderBytes: what the ring holds (outputs, dtypes, shapes, slots)
-//!   slot i         at header_bytes + i * slot_bytes, i < slots: a ShmSlot, then each output's
-//!                  tensor at its `offset` in the slot (64-byte aligned), C order
+//!   slot i         at header_bytes + i * slot_bytes, i < slots: a ShmSlot, a ShmControl, then each
+//!                  output's tensor at its `offset` in the slot (64-byte aligned), C order
 //!
 //! Frame c (c = 0, 1, ... in the order written) goes to slot c % slots. Writing it: slot.seq =
-//! 2c + 1, the tensors, slot.frame_index, then slot.seq = 2c + 2 and header.published = c + 1
-//! (release stores). A reader takes c = published - 1 (or any later one it wants), checks
+//! 2c + 1, the tensors, the control block, slot.frame_index, then slot.seq = 2c + 2 and
+//! header.published = c + 1 (release stores). A reader takes c = published - 1 (or any later one it wants), checks
 //! slot.seq == 2c + 2 before and after copying the tensors out, and retries when either differs:
 //! the writer never waits, so a reader more than `slots` frames behind loses the oldest frames (it
 //! sees the gap in c). `closed` becomes 1 when the pipeline stops; a new writer of the same name
@@ -64,6 +64,25 @@ struct alignas(kAlign) ShmSlot {
   std::atomic<int64_t> frame_index;    //!< the pipeline's index of the frame (decode order)
 };
 static_assert(sizeof(ShmSlot) == kAlign);
+
+//! The frame's control record (pipelines with `control:`; control/control_step.hpp's
+//! ControlRecord), right after the ShmSlot: the statistics the loops used and what they set, so a
+//! reader maps outputs back to the frame (each output's crop window, which roi_follow moves).
+struct alignas(kAlign) ShmControl {
+  uint32_t valid;                  //!< 1 when the frame came with a record; the rest is 0 otherwise
+  uint32_t health_flags;           //!< bit c: condition c raised (frozen, black, overexposed, scene_change)
+  uint64_t measured_frame;         //!< the frame (iteration since set-up) the statistics came from
+  float mean_luma, variance, motion, black_fraction, white_fraction, scene_distance;   //!< whole frame, 0..1
+  uint32_t outputs;                //!< entries of `output` used
+  uint32_t reserved;
+  struct Output {
+    float gain;                    //!< auto_gain's factor
+    float mean_luma;               //!< gain x the window's mean luma
+    float motion;
+    int32_t x, y, w, h;            //!< the crop window read, frame pixels
+  } output[kMaxOutputs];
+};
+static_assert(sizeof(ShmControl::Output) == 28 && offsetof(ShmControl, output) == 48 && sizeof(ShmControl) == 320);
 static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
               "the ring's atomics are shared between processes");
 

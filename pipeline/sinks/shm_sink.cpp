@@ -45,7 +45,7 @@ ShmSink::ShmSink(std::string name, int32_t slots, std::vector<OutputPlan> plans,
   if (plans_.empty() || plans_.size() > shm::kMaxOutputs)
     throw ConfigError(fmt::format("{}: {} outputs (a ring describes 1 to {})", where, plans_.size(), shm::kMaxOutputs));
   shm::ShmOutput described[shm::kMaxOutputs]{};
-  size_t offset = sizeof(shm::ShmSlot);
+  size_t offset = sizeof(shm::ShmSlot) + sizeof(shm::ShmControl);
   for (size_t k = 0; k < plans_.size(); ++k) {
     const OutputPlan& plan = plans_[k];
     shm::ShmOutput& out = described[k];
@@ -113,9 +113,33 @@ void ShmSink::write(int64_t frame_index, std::span<const std::byte* const> outpu
   std::atomic_thread_fence(std::memory_order_release);   // readers see "being written" before any byte changes
   for (size_t k = 0; k < plans_.size() && k < outputs.size(); ++k)
     std::memcpy(slot_base + header->output[k].offset, outputs[k], header->output[k].bytes);
+  shm::ShmControl control{};
+  if (control_ && control_->first == frame_index) {
+    const control::ControlRecord& r = control_->second;
+    control.valid = 1;
+    control.health_flags = r.health_flags;
+    control.measured_frame = r.iteration;
+    control.mean_luma = r.mean_luma;
+    control.variance = r.variance;
+    control.motion = r.motion;
+    control.black_fraction = r.black_fraction;
+    control.white_fraction = r.white_fraction;
+    control.scene_distance = r.scene_distance;
+    control.outputs = uint32_t(std::clamp<int32_t>(r.num_outputs, 0, int32_t(plans_.size())));
+    for (uint32_t k = 0; k < control.outputs; ++k) {
+      const auto& o = r.out[k];
+      control.output[k] = {o.gain, o.mean_luma, o.motion, o.x, o.y, o.w, o.h};
+    }
+  }
+  control_.reset();
+  std::memcpy(slot_base + sizeof(shm::ShmSlot), &control, sizeof control);
   slot->frame_index.store(frame_index, std::memory_order_relaxed);
   slot->seq.store(2 * c + 2, std::memory_order_release);
   header->published.store(c + 1, std::memory_order_release);
+}
+
+void ShmSink::write_control(int64_t frame_index, const control::ControlRecord& record) {
+  control_.emplace(frame_index, record);
 }
 
 void ShmSink::flush() { reinterpret_cast<shm::ShmHeader*>(base_)->closed.store(1, std::memory_order_release); }

@@ -4,6 +4,8 @@
 //! the pipeline: readers that fall more than `slots` frames behind lose the oldest ones.
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -25,6 +27,9 @@ class ShmSink final : public Sink {
   ShmSink& operator=(const ShmSink&) = delete;
 
   void write(int64_t frame_index, std::span<const std::byte* const> outputs) override;
+  //! Kept for the write() of the same frame, which puts it in the frame's slot (callers give a
+  //! frame's record before its tensors).
+  void write_control(int64_t frame_index, const control::ControlRecord& record) override;
   //! Marks the ring closed: readers know no frame follows (the pipeline stops, or sets up again
   //! with a new sink).
   void flush() override;
@@ -36,6 +41,7 @@ class ShmSink final : public Sink {
   size_t bytes_ = 0;       //!< of the whole object
   uint64_t inode_ = 0;     //!< of the object created: the name is ours while it names this inode
   uint64_t written_ = 0;   //!< frames written: the next one's c
+  std::optional<std::pair<int64_t, control::ControlRecord>> control_;   //!< a record and its frame, until written
 };
 
 //! Whether `name` can name a shared-memory ring: 1-200 of letters, digits, '.', '_', '-', not

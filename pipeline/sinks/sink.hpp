@@ -27,8 +27,8 @@ class Sink {
   //! whose spec !reads_host_outputs()). Throws SinkError.
   virtual void write(int64_t frame_index, std::span<const std::byte* const> outputs) = 0;
   //! The control record (statistics, gains, crop windows, health) that came with frame
-  //! `frame_index`; `record.iteration` says which frame it was measured on. Sinks that keep no
-  //! metadata ignore it.
+  //! `frame_index`, given before that frame's write(); `record.iteration` says which frame it was
+  //! measured on. Sinks that keep no metadata ignore it.
   virtual void write_control(int64_t /*frame_index*/, const control::ControlRecord& /*record*/) {}
   //! Completes everything written so far (partial stacked files are finished). Throws SinkError.
   virtual void flush() = 0;

@@ -1,5 +1,6 @@
 """End-to-end tests of the framefused binary: real clips decoded by FFmpeg, tensors read back
 with numpy, bad input rejected with one clear line, signals handled."""
+import json
 import os
 import re
 import signal
@@ -175,10 +176,11 @@ class DaemonTest(unittest.TestCase):
         out = self.dir / "out_shm"
         outputs = textwrap.indent(self.DEFAULT_OUTPUTS, " " * 6)
         cfg = self.dir / "shm.yaml"
+        control = "    control: {delay_frames: 2, auto_gain: {outputs: [cls], target: 0.6}}\n"
         cfg.write_text("http: {enabled: false}\npipelines:\n"
-                       f"  - name: files\n    source: {{uri: clip.mp4}}\n    outputs:\n{outputs}"
+                       f"  - name: files\n    source: {{uri: clip.mp4}}\n    outputs:\n{outputs}{control}"
                        f"    sink: {{type: npy, directory: {out}}}\n"
-                       f"  - name: ring\n    source: {{uri: clip.mp4, realtime: true}}\n    outputs:\n{outputs}"
+                       f"  - name: ring\n    source: {{uri: clip.mp4, realtime: true}}\n    outputs:\n{outputs}{control}"
                        f"    sink: {{type: shm, name: {ring_name}, slots: 32}}\n")
         proc = subprocess.Popen([FRAMEFUSED, "run", "--config", str(cfg), "--device", "cpu"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -203,11 +205,25 @@ class DaemonTest(unittest.TestCase):
         self.assertFalse(os.path.exists(f"/dev/shm/{ring_name}"), "the ring's name goes with the pipeline")
         self.assertEqual([f.counter for f in frames], list(range(20)))
         self.assertEqual([f.frame_index for f in frames], list(range(20)))
+        records = {r["frame"]: r for r in map(json.loads, (out / "control.jsonl").read_text().splitlines())}
+        self.assertEqual(sorted(records), list(range(20)))
         for f in frames:
             for name, a in f.outputs.items():
                 b = np.load(out / name / f"{f.frame_index:08d}.npy")
                 self.assertEqual(a.dtype, b.dtype, name)
                 self.assertEqual(a.tobytes(), b.tobytes(), f"{name} frame {f.frame_index}")
+            # The frame's control record, as the npy pipeline logged it for the same frame.
+            c, r = f.control, records[f.frame_index]
+            self.assertIsNotNone(c, f"frame {f.frame_index} has no control record")
+            self.assertEqual(c["measured_frame"], r["measured_frame"])
+            for key in ("mean_luma", "variance", "motion", "black", "white"):
+                self.assertAlmostEqual(c[key], r[key], places=6, msg=key)
+            self.assertEqual(c["health"], r["health"])
+            self.assertEqual(list(c["outputs"]), ["cls", "det", "thumb"])
+            for name, o in c["outputs"].items():
+                self.assertAlmostEqual(o["gain"], r["outputs"][name]["gain"], places=5, msg=name)
+                self.assertEqual(list(o["roi"]), r["outputs"][name]["roi"], name)
+        self.assertNotEqual(frames[-1].control["outputs"]["cls"]["gain"], 1.0, "auto_gain moved the gain")
 
     def test_batch_group_members_need_the_same_outputs(self):
         cfg = self.write_config("batch_bad.yaml", """

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <filesystem>
@@ -104,7 +105,7 @@ TEST(ShmSink, HeaderDescribesTheOutputsAndSlotsHoldTheFrames) {
     EXPECT_EQ(std::vector<int64_t>(h.output[1].shape, h.output[1].shape + 3), (std::vector<int64_t>{4, 5, 1}));
     for (uint32_t k = 0; k < 2; ++k) {
       EXPECT_EQ(h.output[k].offset % 64, 0u);
-      EXPECT_GE(h.output[k].offset, sizeof(shm::ShmSlot));
+      EXPECT_GE(h.output[k].offset, sizeof(shm::ShmSlot) + sizeof(shm::ShmControl));
       EXPECT_LE(h.output[k].offset + h.output[k].bytes, h.slot_bytes);
     }
     EXPECT_GE(h.output[1].offset, h.output[0].offset + h.output[0].bytes);
@@ -126,6 +127,53 @@ TEST(ShmSink, HeaderDescribesTheOutputsAndSlotsHoldTheFrames) {
     EXPECT_EQ(h.closed.load(), 1u);
   }
   EXPECT_FALSE(fs::exists("/dev/shm/" + name)) << "the name goes with the sink";
+}
+
+TEST(ShmSink, AFramesControlRecordTravelsInItsSlot) {
+  const auto plans = make_plans();
+  const std::string name = ring_name("control");
+  ShmSink sink(name, 4, plans, "p");
+  const Mapping ring(name);
+  control::ControlRecord r{};
+  r.iteration = 40;
+  r.num_outputs = 2;
+  r.health_flags = 0b0101;
+  r.mean_luma = 0.25f;
+  r.variance = 0.01f;
+  r.motion = 0.125f;
+  r.black_fraction = 0.5f;
+  r.white_fraction = 0.0625f;
+  r.scene_distance = 0.75f;
+  r.out[0] = {2.5f, 0.45f, 0.1f, 100, 40, 224, 224};
+  r.out[1] = {1.0f, 0.3f, 0.2f, 0, 0, 64, 48};
+  sink.write_control(42, r);
+  write_frame(sink, plans, 42);
+  write_frame(sink, plans, 43);   // no record: its slot says so
+  sink.write_control(99, r);      // a record for another frame is not this one's
+  write_frame(sink, plans, 44);
+  const auto control_of = [&](uint64_t c) {
+    return reinterpret_cast<const shm::ShmControl*>(ring.slot(c) + sizeof(shm::ShmSlot));
+  };
+  const shm::ShmControl& c0 = *control_of(0);
+  EXPECT_EQ(c0.valid, 1u);
+  EXPECT_EQ(c0.measured_frame, 40u);
+  EXPECT_EQ(c0.health_flags, 0b0101u);
+  EXPECT_EQ(c0.mean_luma, 0.25f);
+  EXPECT_EQ(c0.variance, 0.01f);
+  EXPECT_EQ(c0.motion, 0.125f);
+  EXPECT_EQ(c0.black_fraction, 0.5f);
+  EXPECT_EQ(c0.white_fraction, 0.0625f);
+  EXPECT_EQ(c0.scene_distance, 0.75f);
+  ASSERT_EQ(c0.outputs, 2u);
+  EXPECT_EQ(c0.output[0].gain, 2.5f);
+  EXPECT_EQ(c0.output[0].mean_luma, 0.45f);
+  EXPECT_EQ(c0.output[0].motion, 0.1f);
+  EXPECT_EQ((std::array{c0.output[0].x, c0.output[0].y, c0.output[0].w, c0.output[0].h}), (std::array{100, 40, 224, 224}));
+  EXPECT_EQ((std::array{c0.output[1].x, c0.output[1].y, c0.output[1].w, c0.output[1].h}), (std::array{0, 0, 64, 48}));
+  for (const uint64_t c : {1u, 2u}) {
+    EXPECT_EQ(control_of(c)->valid, 0u) << c;
+    EXPECT_EQ(control_of(c)->outputs, 0u) << c;
+  }
 }
 
 TEST(ShmSink, TheRingWrapsAndKeepsTheNewestFrames) {
