@@ -9,10 +9,10 @@
 //!
 //! Frame c (c = 0, 1, ... in the order written) goes to slot c % slots. Writing it: slot.seq =
 //! 2c + 1, the tensors, the control block, slot.frame_index, then slot.seq = 2c + 2 and
-//! header.published = c + 1 (release stores). A reader takes c = published - 1 (or any later one it wants), checks
-//! slot.seq == 2c + 2 before and after copying the tensors out, and retries when either differs:
-//! the writer never waits, so a reader more than `slots` frames behind loses the oldest frames (it
-//! sees the gap in c). `closed` becomes 1 when the pipeline stops; a new writer of the same name
+//! header.published = c + 1 (release stores). A reader takes c = published - 1 (or an earlier c
+//! still in the ring), checks slot.seq == 2c + 2 before and after copying the frame out, and
+//! retries when either differs: the writer never waits, so a reader more than `slots` frames
+//! behind loses the oldest frames (it sees the gap in c). `closed` becomes 1 when the pipeline stops; a new writer of the same name
 //! makes a new object, so a reader still mapping the old one sees `closed`, or the writer's pid
 //! gone. tools/framefuse_shm.py reads rings from Python (numpy).
 #include <atomic>

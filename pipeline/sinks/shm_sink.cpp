@@ -27,6 +27,26 @@ void put(char (&dst)[N], const std::string& s) {
   std::memcpy(dst, s.data(), std::min(s.size(), N - 1));
 }
 
+//! `r` as a ring's control block, for a ring of `outputs` outputs.
+shm::ShmControl control_block(const control::ControlRecord& r, size_t outputs) {
+  shm::ShmControl c{};
+  c.valid = 1;
+  c.health_flags = r.health_flags;
+  c.measured_frame = r.iteration;
+  c.mean_luma = r.mean_luma;
+  c.variance = r.variance;
+  c.motion = r.motion;
+  c.black_fraction = r.black_fraction;
+  c.white_fraction = r.white_fraction;
+  c.scene_distance = r.scene_distance;
+  c.outputs = uint32_t(std::clamp<int64_t>(r.num_outputs, 0, int64_t(outputs)));
+  for (uint32_t k = 0; k < c.outputs; ++k) {
+    const auto& o = r.out[k];
+    c.output[k] = {o.gain, o.mean_luma, o.motion, o.x, o.y, o.w, o.h};
+  }
+  return c;
+}
+
 }  // namespace
 
 bool valid_shm_name(const std::string& name) {
@@ -113,24 +133,9 @@ void ShmSink::write(int64_t frame_index, std::span<const std::byte* const> outpu
   std::atomic_thread_fence(std::memory_order_release);   // readers see "being written" before any byte changes
   for (size_t k = 0; k < plans_.size() && k < outputs.size(); ++k)
     std::memcpy(slot_base + header->output[k].offset, outputs[k], header->output[k].bytes);
-  shm::ShmControl control{};
-  if (control_ && control_->first == frame_index) {
-    const control::ControlRecord& r = control_->second;
-    control.valid = 1;
-    control.health_flags = r.health_flags;
-    control.measured_frame = r.iteration;
-    control.mean_luma = r.mean_luma;
-    control.variance = r.variance;
-    control.motion = r.motion;
-    control.black_fraction = r.black_fraction;
-    control.white_fraction = r.white_fraction;
-    control.scene_distance = r.scene_distance;
-    control.outputs = uint32_t(std::clamp<int32_t>(r.num_outputs, 0, int32_t(plans_.size())));
-    for (uint32_t k = 0; k < control.outputs; ++k) {
-      const auto& o = r.out[k];
-      control.output[k] = {o.gain, o.mean_luma, o.motion, o.x, o.y, o.w, o.h};
-    }
-  }
+  const shm::ShmControl control = control_ && control_->first == frame_index
+                                      ? control_block(control_->second, plans_.size())
+                                      : shm::ShmControl{};   // valid = 0: no record came with this frame
   control_.reset();
   std::memcpy(slot_base + sizeof(shm::ShmSlot), &control, sizeof control);
   slot->frame_index.store(frame_index, std::memory_order_relaxed);
