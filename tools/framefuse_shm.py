@@ -91,6 +91,16 @@ class ShmRing:
         """True once the writing pipeline stopped: no frame follows."""
         return struct.unpack_from("<I", self._map, _CLOSED)[0] == 1
 
+    def writer_alive(self):
+        """False once the writing process is gone (a framefused that was killed never closes its ring)."""
+        try:
+            os.kill(self.writer_pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:   # alive, another user's
+            pass
+        return True
+
     def replaced(self):
         """True when /dev/shm/<name> is now another ring (the pipeline restarted) or gone."""
         try:
@@ -130,13 +140,14 @@ class ShmRing:
     def frames(self, start=None, poll_s=0.001, timeout_s=None):
         """Yields frames in the order written, from `start` (default: the next one published). A
         frame overwritten before it was read is skipped (`counter` shows the gap). Ends when the
-        pipeline stops and the last frame was yielded, or after `timeout_s` without a new frame."""
+        pipeline stops and the last frame was yielded, when the writer is gone or the name names a new
+        ring, or after `timeout_s` without a new frame."""
         counter = self.published() if start is None else start
         idle_since = time.monotonic()
         while True:
             published = self.published()
             if counter >= published:
-                if self.closed() or self.replaced():
+                if self.closed() or self.replaced() or not self.writer_alive():
                     return
                 if timeout_s is not None and time.monotonic() - idle_since > timeout_s:
                     return

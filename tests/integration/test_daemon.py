@@ -225,6 +225,68 @@ class DaemonTest(unittest.TestCase):
                 self.assertEqual(list(o["roi"]), r["outputs"][name]["roi"], name)
         self.assertNotEqual(frames[-1].control["outputs"]["cls"]["gain"], 1.0, "auto_gain moved the gain")
 
+    def test_shm_readers_see_a_killed_writer_and_its_successor(self):
+        """A framefused killed with SIGKILL never closes its ring: readers end on the writer's death, and
+        the next framefused replaces the stale ring, which readers of the old one can tell."""
+        sys.path.insert(0, str(Path(os.environ.get("FRAMEFUSE_SOURCE_DIR", ".")) / "tools"))
+        from framefuse_shm import ShmRing
+        ring_name = f"framefuse-it-killed-{os.getpid()}"
+        cfg = self.write_config("shm_killed.yaml", f"""
+            http: {{enabled: false}}
+            pipelines:
+              - name: cam
+                source: {{uri: clip.mp4, loop: true, realtime: true}}
+                outputs: [{{name: o, resize: {{width: 32, height: 24}}, dtype: uint8}}]
+                sink: {{type: shm, name: {ring_name}, slots: 4}}
+            """)
+
+        def start():
+            proc = subprocess.Popen([FRAMEFUSED, "run", "--config", str(cfg), "--device", "cpu"],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                try:
+                    ring = ShmRing(ring_name)
+                    if ring.writer_pid == proc.pid:
+                        return proc, ring
+                    ring.close()
+                except (FileNotFoundError, ValueError):
+                    pass
+                time.sleep(0.01)
+            proc.kill()
+            self.fail("no ring of the new framefused")
+
+        first, ring = start()
+        try:
+            seen = 0
+            for _ in ring.frames(timeout_s=10):
+                seen += 1
+                if seen == 5:
+                    first.kill()   # SIGKILL: the ring stays behind, never closed
+                    first.wait(timeout=10)
+                if seen > 100:
+                    break
+            self.assertGreaterEqual(seen, 5)
+            self.assertLess(seen, 20, "frames() ends once the writer is gone")
+            self.assertFalse(ring.closed())
+            self.assertFalse(ring.writer_alive())
+            self.assertTrue(os.path.exists(f"/dev/shm/{ring_name}"), "a killed writer leaves its ring")
+            second, ring2 = start()   # replaces the stale ring
+            try:
+                self.assertTrue(ring.replaced())
+                self.assertIsNotNone(next(ring2.frames(timeout_s=10), None))
+            finally:
+                second.send_signal(signal.SIGTERM)
+                self.assertEqual(second.wait(timeout=20), 0)
+                ring2.close()
+            self.assertFalse(os.path.exists(f"/dev/shm/{ring_name}"))
+        finally:
+            ring.close()
+            if first.poll() is None:
+                first.kill()
+            if os.path.exists(f"/dev/shm/{ring_name}"):
+                os.unlink(f"/dev/shm/{ring_name}")
+
     def test_batch_group_members_need_the_same_outputs(self):
         cfg = self.write_config("batch_bad.yaml", """
         batching: [{name: lobby}]
