@@ -636,17 +636,15 @@ SinkSpec read_sink(const Value& v, const std::string& pipeline, std::map<std::st
   }
   if (s.kind == SinkKind::Null) return s;
   if (s.kind == SinkKind::Shm) {
-    s.shm_name = pipeline;
-    if (const auto x = m.get("name")) {
-      s.shm_name = x->text();
-      if (!valid_shm_name(s.shm_name))
-        x->fail(fmt::format("'{}' is not a shared-memory name (1-200 letters, digits, '.', '_', '-'; not starting "
-                            "with '.')",
-                            s.shm_name));
-    }
+    const std::optional<Value> name = m.get("name");
+    s.shm_name = name ? name->text() : pipeline;
+    if (name && !valid_shm_name(s.shm_name))
+      name->fail(fmt::format("'{}' is not a shared-memory name (1-200 letters, digits, '.', '_', '-'; not starting "
+                             "with '.')",
+                             s.shm_name));
     if (const auto x = m.get("slots")) s.slots = static_cast<int32_t>(x->integer(1, 1024));
     if (const auto [it, fresh] = used.emplace("shm:" + s.shm_name, pipeline); !fresh)
-      (m.get("name") ? *m.get("name") : type).fail(
+      (name ? *name : type).fail(
           fmt::format("shared-memory ring '{}' is already written by pipeline '{}'", s.shm_name, it->second));
     return s;
   }

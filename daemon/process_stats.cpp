@@ -57,9 +57,10 @@ ProcessStats read_process_stats() {
     std::istringstream fields(line.substr(close + 1));
     std::string f;
     const double ticks = double(sysconf(_SC_CLK_TCK));
+    static const double boot_s = boot_time_unix_s();   // fixed while the host runs
     for (int field = 3; fields >> f; ++field) {
       if (field == 14 || field == 15) s.cpu_seconds += std::stod(f) / ticks;     // utime, stime
-      if (field == 22) s.start_time_unix_s = boot_time_unix_s() + std::stod(f) / ticks;   // starttime
+      if (field == 22) s.start_time_unix_s = boot_s + std::stod(f) / ticks;   // starttime
       if (field == 23) s.virtual_bytes = std::stoull(f);                             // vsize
     }
   }
@@ -70,14 +71,10 @@ ProcessStats read_process_stats() {
 }
 
 uint64_t release_free_heap() {
-#if defined(__GLIBC__)
   const uint64_t before = resident_bytes();
   malloc_trim(0);
   const uint64_t after = resident_bytes();
   return before > after ? before - after : 0;
-#else
-  return 0;
-#endif
 }
 
 }  // namespace framefuse::daemon

@@ -21,7 +21,7 @@ uint64_t resident_bytes();
 
 //! Returns free heap pages to the OS (glibc's malloc_trim, which also releases free pages inside
 //! every thread's arena): memory that stopped pipelines freed stays resident otherwise. Returns the
-//! resident bytes that went (0 when none did, or without glibc). Takes milliseconds on a large
+//! resident bytes that went (0 when none did). Takes milliseconds on a large
 //! heap: for after a reload, not the per-frame path.
 uint64_t release_free_heap();
 

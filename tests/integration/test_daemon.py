@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 
 FRAMEFUSED = os.environ.get("FRAMEFUSED", "build/daemon/framefused")
+sys.path.insert(0, str(Path(os.environ.get("FRAMEFUSE_SOURCE_DIR", ".")) / "tools"))
+from framefuse_shm import ShmRing  # noqa: E402  (tools/ is not a package)
 
 
 def run(*args, timeout=120, **kw):
@@ -170,8 +172,6 @@ class DaemonTest(unittest.TestCase):
     def test_shm_ring_carries_what_the_npy_sink_writes(self):
         """A pipeline with a shared-memory sink, read live by tools/framefuse_shm.py, hands out the
         tensors an npy pipeline of the same clip writes, byte for byte."""
-        sys.path.insert(0, str(Path(os.environ.get("FRAMEFUSE_SOURCE_DIR", ".")) / "tools"))
-        from framefuse_shm import ShmRing
         ring_name = f"framefuse-it-{os.getpid()}"
         out = self.dir / "out_shm"
         outputs = textwrap.indent(self.DEFAULT_OUTPUTS, " " * 6)
@@ -228,8 +228,6 @@ class DaemonTest(unittest.TestCase):
     def test_shm_readers_see_a_killed_writer_and_its_successor(self):
         """A framefused killed with SIGKILL never closes its ring: readers end on the writer's death, and
         the next framefused replaces the stale ring, which readers of the old one can tell."""
-        sys.path.insert(0, str(Path(os.environ.get("FRAMEFUSE_SOURCE_DIR", ".")) / "tools"))
-        from framefuse_shm import ShmRing
         ring_name = f"framefuse-it-killed-{os.getpid()}"
         cfg = self.write_config("shm_killed.yaml", f"""
             http: {{enabled: false}}
