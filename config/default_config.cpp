@@ -61,7 +61,7 @@ pipelines:                         # at least one
         layout: chw                # chw | hwc
         dtype: float32             # float32 | float16 | uint8 (rounded, saturated)
     sink:
-      type: npy                    # npy (.npy files) | shm (a shared-memory ring: name, slots) | null (discard outputs)
+      type: npy                    # npy (.npy files) | shm (a shared-memory ring: name, slots) | cuda_ipc (the same in GPU memory) | null (discard outputs)
       directory: out/camera        # npy: folder (relative to this file), one subfolder per output
       frames_per_file: 1           # npy: frames stacked per file, shape [N, ...]
     control:                       # per-frame statistics and control loops; a section given is on unless enabled: false

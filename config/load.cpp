@@ -355,7 +355,8 @@ constexpr Named<ChannelOrder> kChannels[] = {
 constexpr Named<ops::Layout> kLayouts[] = {{"chw", ops::Layout::Chw}, {"hwc", ops::Layout::Hwc}};
 constexpr Named<ops::DType> kDTypes[] = {
     {"float32", ops::DType::F32}, {"float16", ops::DType::F16}, {"uint8", ops::DType::U8}};
-constexpr Named<SinkKind> kSinks[] = {{"npy", SinkKind::Npy}, {"null", SinkKind::Null}, {"shm", SinkKind::Shm}};
+constexpr Named<SinkKind> kSinks[] = {
+    {"npy", SinkKind::Npy}, {"null", SinkKind::Null}, {"shm", SinkKind::Shm}, {"cuda_ipc", SinkKind::CudaIpc}};
 
 // ---- sections ----
 
@@ -622,8 +623,9 @@ OutputSpec read_output(const Value& v, std::map<std::string, int>& names) {
 }
 
 //! `used` maps what sinks write to (an npy sink's absolute folder, "shm:" + a ring's name) to the
-//! pipeline that does, so no two pipelines write to one.
-SinkSpec read_sink(const Value& v, const std::string& pipeline, std::map<std::string, std::string>& used) {
+//! pipeline that does, so no two pipelines write to one. `device`: the pipeline's, as configured.
+SinkSpec read_sink(const Value& v, const std::string& pipeline, std::map<std::string, std::string>& used,
+                   const DeviceSpec& device) {
   const Map m = v.map({"type", "directory", "frames_per_file", "name", "slots"});
   SinkSpec s;
   const Value type = m.need("type");
@@ -631,11 +633,14 @@ SinkSpec read_sink(const Value& v, const std::string& pipeline, std::map<std::st
   for (const std::string_view key : {"directory", "frames_per_file"}) {
     if (const auto x = m.get(key); x && s.kind != SinkKind::Npy) x->fail("applies to npy sinks only");
   }
+  const bool ring = s.kind == SinkKind::Shm || s.kind == SinkKind::CudaIpc;
   for (const std::string_view key : {"name", "slots"}) {
-    if (const auto x = m.get(key); x && s.kind != SinkKind::Shm) x->fail("applies to shm sinks only");
+    if (const auto x = m.get(key); x && !ring) x->fail("applies to shm and cuda_ipc sinks only");
   }
+  if (s.kind == SinkKind::CudaIpc && device.kind == DeviceKind::Cpu)
+    type.fail("cuda_ipc needs a cuda device, but this pipeline's device is cpu");
   if (s.kind == SinkKind::Null) return s;
-  if (s.kind == SinkKind::Shm) {
+  if (ring) {
     const std::optional<Value> name = m.get("name");
     s.shm_name = name ? name->text() : pipeline;
     if (name && !valid_shm_name(s.shm_name))
@@ -866,7 +871,7 @@ PipelineSpec read_pipeline(const Value& v, PipelineContext& ctx) {
     items[kMaxOutputs].fail(fmt::format("at most {} outputs per pipeline, got {}", kMaxOutputs, items.size()));
   std::map<std::string, int> names;
   for (const Value& item : items) p.outputs.push_back(read_output(item, names));
-  p.sink = read_sink(m.need("sink"), p.name, ctx.sink_targets);
+  p.sink = read_sink(m.need("sink"), p.name, ctx.sink_targets, p.device.value_or(ctx.device));
   if (const auto x = m.get("control")) p.control = read_control(*x, p.outputs);
   if (const auto x = m.get("batch_group"); x && !x->is_null()) join_batch_group(*x, m, items, p, ctx);
   return p;

@@ -30,6 +30,7 @@ App::App(config::DaemonConfig config, Overrides overrides) : overrides_(std::mov
   probe_ = probe_cuda();
   config_ = std::make_shared<const config::DaemonConfig>(std::move(config));
   const DeviceSpec resolved = resolve_device(config_->device, probe_);   // throws DeviceError
+  check_devices(*config_);
   if (probe_.devices == 0) {
     spdlog::info("no usable CUDA device ({}): pipelines run on the CPU backend", probe_.detail);
   } else {
@@ -64,6 +65,12 @@ DeviceSpec App::device_for(const PipelineSpec& p) const {
 
 DeviceSpec App::device_for(const BatchGroupSpec& g) const {
   return resolve_device(g.device.value_or(config_->device), probe_);
+}
+
+void App::check_devices(const config::DaemonConfig& c) const {
+  for (const auto& g : c.batching) resolve_device(g.device.value_or(c.device), probe_);
+  for (const auto& p : c.pipelines)
+    check_sink_device(p.sink, resolve_device(p.device.value_or(c.device), probe_), p.name);
 }
 
 void App::start_group(const BatchGroupSpec& g) {
@@ -171,8 +178,7 @@ bool App::reload() {
   try {
     next = config::load_file(path);
     apply_overrides(next);
-    for (const auto& p : next.pipelines) resolve_device(p.device.value_or(next.device), probe_);
-    for (const auto& g : next.batching) resolve_device(g.device.value_or(next.device), probe_);
+    check_devices(next);
   } catch (const std::exception& e) {
     std::lock_guard lock(mu_);
     ++reloads_failed_;

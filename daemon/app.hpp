@@ -52,6 +52,9 @@ class App final : public StatusSource {
   void apply_overrides(config::DaemonConfig& c) const;
   DeviceSpec device_for(const PipelineSpec& p) const;
   DeviceSpec device_for(const BatchGroupSpec& g) const;
+  //! Resolves the device of every pipeline and batch group of `c` (throws DeviceError) and checks
+  //! that each pipeline's sink can take outputs made there (throws ConfigError).
+  void check_devices(const config::DaemonConfig& c) const;
   void start_group(const BatchGroupSpec& g);
   void start_pipeline(const PipelineSpec& p);
   bool all_done();

@@ -76,14 +76,14 @@ struct ColorSpec {
   bool operator==(const ColorSpec&) const = default;
 };
 
-enum class SinkKind : uint8_t { Npy, Null, Shm };
+enum class SinkKind : uint8_t { Npy, Null, Shm, CudaIpc };
 
 struct SinkSpec {
   SinkKind kind = SinkKind::Npy;
   std::string directory;           //!< npy: output folder, one subfolder per output
   int32_t frames_per_file = 1;     //!< npy: frames stacked per .npy file ([N, ...])
-  std::string shm_name;            //!< shm: the ring's name, /dev/shm/<shm_name>
-  int32_t slots = 8;               //!< shm: frames the ring holds
+  std::string shm_name;            //!< shm, cuda_ipc: the ring's name, /dev/shm/<shm_name>
+  int32_t slots = 8;               //!< shm, cuda_ipc: frames the ring holds
   bool operator==(const SinkSpec&) const = default;
 };
 

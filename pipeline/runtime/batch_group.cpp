@@ -263,7 +263,7 @@ void BatchGroup::Shared::complete_oldest() {
       if (!m.sink_frame || !(*m.sink_frame == current->frame)) {
         if (m.sink) m.sink->flush();
         m.sink.reset();
-        m.sink = m.make_sink ? m.make_sink(plans) : make_sink(m.spec.sink, plans, m.spec.name);
+        m.sink = m.make_sink ? m.make_sink(plans) : make_sink(m.spec.sink, plans, m.spec.name, device);
         m.sink_frame = current->frame;
         m.stats.set_frame(describe(current->frame));
         spdlog::info("pipeline '{}': {} frames in batch group '{}', {} output(s)", m.spec.name,

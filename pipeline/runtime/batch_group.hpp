@@ -68,7 +68,7 @@ class BatchGroup {
   BatchGroup& operator=(const BatchGroup&) = delete;
 
   //! Attaches a pipeline: its frames go through this group's executor, its outputs to the sinks
-  //! `make_sink` makes (default: make_sink(spec.sink, plans, spec.name)), and `stats` (which must
+  //! `make_sink` makes (default: make_sink(spec.sink, plans, spec.name, device)), and `stats` (which must
   //! outlive the returned Member) counts them as a PipelineRunner does. Live sources
   //! (SourceKind::Rtsp) get the drop-oldest policy. Throws ConfigError when `spec` has control
   //! enabled, or outputs or colour other than the members attached now.

@@ -318,7 +318,7 @@ void PipelineRunner::start() {
           plans = make_output_plans(spec_, frame->info);
           executor->setup(frame->info, make_color_params(spec_.color, frame->info), plans, 1);
           setup_control(*executor, frame->info, plans);
-          sink = make_sink(spec_.sink, plans, spec_.name);
+          sink = make_sink(spec_.sink, plans, spec_.name, device_);
           buffers.clear();
           outs.clear();
           if (!executor->keeps_outputs()) {

@@ -1,11 +1,19 @@
 #pragma once
-//! The layout of a framefuse shared-memory ring (sink `type: shm`): a POSIX shared-memory object
-//! (/dev/shm/<name>) that one writer (a pipeline) fills with each frame's output tensors and any
-//! number of readers on the host map read-only. Little endian; every offset from the object's start.
+//! The layout of a framefuse ring: a POSIX shared-memory object (/dev/shm/<name>) that one writer
+//! (a pipeline) fills with each frame and any number of readers on the host map read-only. Little
+//! endian; every offset from the object's start.
 //!
 //!   ShmHeader      at 0, kShmHeaderBytes: what the ring holds (outputs, dtypes, shapes, slots)
-//!   slot i         at header_bytes + i * slot_bytes, i < slots: a ShmSlot, a ShmControl, then each
-//!                  output's tensor at its `offset` in the slot (64-byte aligned), C order
+//!   slot i         at header_bytes + i * slot_bytes, i < slots: a ShmSlot, a ShmControl, then
+//!                  (memory Host, sink `type: shm`) each output's tensor at its `offset` in the
+//!                  slot (64-byte aligned), C order.
+//!
+//! With memory Cuda (sink `type: cuda_ipc`) the tensors are in GPU memory instead: one device
+//! allocation exported as `ipc_handle` (cudaIpcOpenMemHandle opens it in another process, on the
+//! device `pci_bus_id`), slot i at i * device_slot_bytes, each output at its `offset` from the
+//! slot's start (256-byte aligned). The writer's copies into a device slot are complete before
+//! the slot's seq says so, so a reader can use the slot's tensors in place (zero-copy) and check
+//! seq afterwards. The device memory is the writer's: it is gone when the writer exits.
 //!
 //! Frame c (c = 0, 1, ... in the order written) goes to slot c % slots. Writing it: slot.seq =
 //! 2c + 1, the tensors, the control block, slot.frame_index, then slot.seq = 2c + 2 and
@@ -14,7 +22,7 @@
 //! retries when either differs: the writer never waits, so a reader more than `slots` frames
 //! behind loses the oldest frames (it sees the gap in c). `closed` becomes 1 when the pipeline stops; a new writer of the same name
 //! makes a new object, so a reader still mapping the old one sees `closed`, or the writer's pid
-//! gone. tools/framefuse_shm.py reads rings from Python (numpy).
+//! gone. tools/framefuse_shm.py reads rings from Python (numpy; CuPy for device rings).
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -22,11 +30,18 @@
 namespace framefuse::shm {
 
 inline constexpr char kMagic[8] = {'F', 'F', 'S', 'H', 'M', 'R', 'N', 'G'};
-inline constexpr uint32_t kVersion = 1;
+inline constexpr uint32_t kVersion = 2;   //!< 2: `memory` and the device ring's fields
 inline constexpr uint32_t kShmHeaderBytes = 4096;
 inline constexpr uint32_t kMaxOutputs = 8;
 inline constexpr uint32_t kMaxDims = 4;
 inline constexpr size_t kAlign = 64;   //!< tensor offsets and the slot header
+inline constexpr size_t kDeviceAlign = 256;   //!< tensor offsets and slots in a device ring
+
+//! Where a ring's tensors are.
+enum class RingMemory : uint32_t {
+  Host = 0,   //!< in the slots of the shared-memory object
+  Cuda = 1,   //!< in the device ring `ipc_handle` exports
+};
 
 //! One output's tensors: `bytes` at `offset` in every slot.
 struct ShmOutput {
@@ -53,10 +68,17 @@ struct ShmHeader {
   uint32_t reserved;
   char pipeline[64];                 //!< the writing pipeline's name, NUL-terminated
   ShmOutput output[kMaxOutputs];
+  uint32_t memory;                   //!< RingMemory
+  uint32_t reserved2;
+  uint64_t device_slot_bytes;        //!< Cuda: distance between slots in the device ring
+  char pci_bus_id[32];               //!< Cuda: the ring's GPU, e.g. "0000:3B:00.0"; NUL-terminated
+  uint8_t ipc_handle[64];            //!< Cuda: the device ring's cudaIpcMemHandle_t
 };
 static_assert(sizeof(ShmHeader) <= kShmHeaderBytes);
 static_assert(offsetof(ShmHeader, published) == 40 && offsetof(ShmHeader, closed) == 48 &&
-              offsetof(ShmHeader, pipeline) == 56 && offsetof(ShmHeader, output) == 120);
+              offsetof(ShmHeader, pipeline) == 56 && offsetof(ShmHeader, output) == 120 &&
+              offsetof(ShmHeader, memory) == 888 && offsetof(ShmHeader, device_slot_bytes) == 896 &&
+              offsetof(ShmHeader, pci_bus_id) == 904 && offsetof(ShmHeader, ipc_handle) == 936);
 
 //! The start of every slot.
 struct alignas(kAlign) ShmSlot {

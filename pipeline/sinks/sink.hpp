@@ -9,6 +9,7 @@
 #include <string>
 
 #include "pipeline/control/control_step.hpp"
+#include "pipeline/error.hpp"
 #include "pipeline/fused/plan.hpp"
 #include "pipeline/spec.hpp"
 
@@ -35,17 +36,24 @@ class Sink {
 };
 
 //! Whether the sink `spec` asks for reads the output tensors from host memory. False for the null
-//! sink: its pipelines leave their outputs in device memory (no download per frame).
+//! sink and the cuda_ipc sink: their pipelines leave the outputs in device memory (no download per
+//! frame; cuda_ipc copies them device to device into its ring).
 bool reads_host_outputs(const SinkSpec& spec);
 
-//! "npy", "shm", "null": the sink's `type` in the config.
+//! "npy", "shm", "cuda_ipc", "null": the sink's `type` in the config.
 const char* sink_type_name(SinkKind kind);
 
-//! Where the sink writes: an npy sink's folder, a shm sink's /dev/shm/<name>; empty for null.
+//! Where the sink writes: an npy sink's folder, a ring's /dev/shm/<name>; empty for null.
 std::string sink_target(const SinkSpec& spec);
 
-//! The sink `spec` asks for, for outputs planned as `plans` (copied). Throws ConfigError naming
-//! `pipeline` for specs no sink can honour, SinkError when the output folders cannot be created.
-std::unique_ptr<Sink> make_sink(const SinkSpec& spec, std::span<const OutputPlan> plans, const std::string& pipeline);
+//! Throws ConfigError naming `pipeline` when the sink `spec` cannot take outputs made on the
+//! resolved `device` (cuda_ipc needs a CUDA device, and a build with CUDA).
+void check_sink_device(const SinkSpec& spec, const DeviceSpec& device, const std::string& pipeline);
+
+//! The sink `spec` asks for, for outputs planned as `plans` (copied) and made on the resolved
+//! `device`. Throws ConfigError naming `pipeline` for specs no sink can honour (check_sink_device()),
+//! SinkError when the output folders or rings cannot be created.
+std::unique_ptr<Sink> make_sink(const SinkSpec& spec, std::span<const OutputPlan> plans, const std::string& pipeline,
+                                const DeviceSpec& device);
 
 }  // namespace framefuse

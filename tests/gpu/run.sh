@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU lane (run on a host with a CUDA device): configure (Release), build only the GPU targets
-# (gpu_tests, gpu_bench, control_bench), run the `gpu`-labelled ctests, compute-sanitizer memcheck + racecheck on
-# gpu_tests, the GPU benchmark and, where python3 has torch + torchvision, the torchvision
-# comparison; a summary table is printed last. Logs and JSON go to $OUT when set (else
+# (gpu_tests, gpu_bench, control_bench; framefused for the cuda_ipc test), run the `gpu`-labelled
+# ctests, compute-sanitizer memcheck + racecheck on gpu_tests, the GPU benchmark and, where python3
+# has torch + torchvision, the torchvision comparison; a summary table is printed last. Logs and JSON go to $OUT when set (else
 # $BUILD_DIR/gpu-lane). Exit status: 0 only when every step that ran passed.
 # Environment: BUILD_DIR (build-gpu-lane), CUDA_ARCH (90), JOBS (nproc), SANITIZER_FILTER (gtest
 # filter for memcheck), SKIP_BENCH=1, SKIP_TORCH=1, EXTRA_CMAKE_ARGS.
@@ -49,8 +49,8 @@ if logged configure cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Relea
 else
   record configure FAIL "see lane.log"
 fi
-if ((failed == 0)) && logged build cmake --build "$BUILD_DIR" --target gpu_tests gpu_bench control_bench -j"$JOBS"; then
-  record build ok "gpu_tests gpu_bench control_bench"
+if ((failed == 0)) && logged build cmake --build "$BUILD_DIR" --target gpu_tests gpu_bench control_bench framefused -j"$JOBS"; then
+  record build ok "gpu_tests gpu_bench control_bench framefused"
 else
   record build FAIL "see lane.log"
 fi

@@ -195,7 +195,13 @@ class DaemonTest(unittest.TestCase):
                 self.assertEqual([(o.name, o.dtype, o.shape) for o in ring.outputs],
                                  [("cls", np.float32, (3, 56, 56)), ("det", np.float16, (3, 96, 96)),
                                   ("thumb", np.uint8, (60, 80, 3))])
-                frames = list(ring.frames(start=0, timeout_s=20))   # paced at 30 fps: read as they come
+                frames = []   # paced at 30 fps: read as they come, in place (views of the slots)
+                for f in ring.frames(start=0, timeout_s=20, copy=False):
+                    copied = {k: v.copy() for k, v in f.outputs.items()}
+                    self.assertFalse(any(v.flags.writeable for v in f.outputs.values()), "views are read-only")
+                    if f.intact():
+                        f.outputs = copied
+                        frames.append(f)
                 self.assertTrue(ring.closed(), "the pipeline's stop closes the ring")
             _, stderr = proc.communicate(timeout=30)
         finally:
@@ -284,6 +290,19 @@ class DaemonTest(unittest.TestCase):
                 first.kill()
             if os.path.exists(f"/dev/shm/{ring_name}"):
                 os.unlink(f"/dev/shm/{ring_name}")
+
+    def test_cuda_ipc_sink_on_the_cpu_is_refused_at_start(self):
+        """A device ring needs a CUDA device: on the CPU backend framefused refuses the config with one
+        line naming the pipeline, before anything runs."""
+        cfg = self.write_config("ipc_cpu.yaml", f"""
+            http: {{enabled: false}}
+            pipelines:
+              - {{name: cam, source: {{uri: {self.clip}}}, outputs: [{{name: o}}], sink: {{type: cuda_ipc}}}}
+            """)
+        r = run("run", "--config", str(cfg), "--device", "cpu")
+        self.assert_one_line_error(r, r"pipeline 'cam': sink cuda_ipc needs a (CUDA device; the pipeline runs on the "
+                                      r"CPU|build with CUDA)")
+        self.assertFalse(os.path.exists("/dev/shm/cam"))
 
     def test_batch_group_members_need_the_same_outputs(self):
         cfg = self.write_config("batch_bad.yaml", """

@@ -25,6 +25,7 @@
 #include "config/units.hpp"
 #include "pipeline/error.hpp"
 #include "pipeline/fused/plan.hpp"
+#include "pipeline/sinks/sink.hpp"
 
 namespace framefuse::config {
 namespace {
@@ -562,11 +563,43 @@ TEST(Load, ShmSinkKeysAreCheckedWhereTheyStand) {
   EXPECT_EQ(sink_error("{type: shm, directory: out}"),
             "s.yaml:2:95: pipelines[0].sink.directory: applies to npy sinks only");
   EXPECT_EQ(sink_error("{type: npy, directory: out, name: x}"),
-            "s.yaml:2:106: pipelines[0].sink.name: applies to shm sinks only");
+            "s.yaml:2:106: pipelines[0].sink.name: applies to shm and cuda_ipc sinks only");
   EXPECT_EQ(sink_error("{type: shm, name: b}", "{type: shm}"),
             "s.yaml:3:79: pipelines[1].sink.type: shared-memory ring 'b' is already written by pipeline 'a'");
   EXPECT_EQ(sink_error("{type: shm}", "{type: shm, name: a}"),
             "s.yaml:3:90: pipelines[1].sink.name: shared-memory ring 'a' is already written by pipeline 'a'");
+}
+
+TEST(Load, CudaIpcSinkIsARingOnACudaDevice) {
+  const DaemonConfig c = load_string(
+      "pipelines:\n"
+      "  - {name: lobby, source: {uri: 'rtsp://h/1'}, outputs: [{name: o}], sink: {type: cuda_ipc}}\n"
+      "  - {name: dock, source: {uri: 'rtsp://h/2'}, device: 'cuda:1', outputs: [{name: o}],\n"
+      "     sink: {type: cuda_ipc, name: dock.gpu, slots: 4}}\n",
+      "s.yaml", "/tmp");
+  ASSERT_EQ(c.pipelines.size(), 2u);
+  EXPECT_EQ(c.pipelines[0].sink.kind, SinkKind::CudaIpc);
+  EXPECT_EQ(c.pipelines[0].sink.shm_name, "lobby");
+  EXPECT_EQ(c.pipelines[0].sink.slots, 8);
+  EXPECT_EQ(c.pipelines[1].sink.shm_name, "dock.gpu");
+  EXPECT_EQ(c.pipelines[1].sink.slots, 4);
+  EXPECT_FALSE(reads_host_outputs(c.pipelines[0].sink)) << "outputs stay on the device for a device ring";
+  EXPECT_STREQ(sink_type_name(SinkKind::CudaIpc), "cuda_ipc");
+  EXPECT_EQ(sink_target(c.pipelines[1].sink), "/dev/shm/dock.gpu");
+
+  const auto error = [](const std::string& text) { return error_of([&] { load_string(text, "s.yaml", "/tmp"); }); };
+  EXPECT_EQ(error("pipelines:\n"
+                  "  - {name: a, source: {uri: 'rtsp://h/1'}, device: cpu, outputs: [{name: o}], sink: {type: cuda_ipc}}\n"),
+            "s.yaml:2:92: pipelines[0].sink.type: cuda_ipc needs a cuda device, but this pipeline's device is cpu");
+  EXPECT_EQ(error("device: cpu\n"
+                  "pipelines:\n"
+                  "  - {name: a, source: {uri: 'rtsp://h/1'}, outputs: [{name: o}], sink: {type: cuda_ipc}}\n"),
+            "s.yaml:3:79: pipelines[0].sink.type: cuda_ipc needs a cuda device, but this pipeline's device is cpu");
+  // One namespace of ring names for both ring sinks: both live in /dev/shm.
+  EXPECT_EQ(error("pipelines:\n"
+                  "  - {name: a, source: {uri: 'rtsp://h/1'}, outputs: [{name: o}], sink: {type: cuda_ipc, name: b}}\n"
+                  "  - {name: b, source: {uri: 'rtsp://h/2'}, outputs: [{name: o}], sink: {type: shm}}\n"),
+            "s.yaml:3:79: pipelines[1].sink.type: shared-memory ring 'b' is already written by pipeline 'a'");
 }
 
 TEST(Load, NamesRepeatAcrossPipelinesButDirectoriesDoNot) {
@@ -771,16 +804,23 @@ TEST(Examples, BasicPlansItsThreeOutputs) {
   }
 }
 
-TEST(Examples, ShmWritesARingNamedAfterItsPipeline) {
-  const TempDir dir;
-  dir.write("samples/sample_720p.mp4", "not decoded at load time");
-  const fs::path cfg = dir.write("config/examples/shm.yaml", read_text(kSourceDir / "config/examples/shm.yaml"));
-  const DaemonConfig c = load_file(cfg);
-  ASSERT_EQ(c.pipelines.size(), 1u);
-  EXPECT_EQ(c.pipelines[0].sink.kind, SinkKind::Shm);
-  EXPECT_EQ(c.pipelines[0].sink.shm_name, "lobby");
-  EXPECT_EQ(c.pipelines[0].sink.slots, 8);
-  EXPECT_TRUE(c.pipelines[0].source.loop);
+TEST(Examples, RingExamplesWriteTheRingsTheyName) {
+  const struct {
+    const char* file;
+    SinkKind kind;
+    const char* ring;
+  } cases[] = {{"config/examples/shm.yaml", SinkKind::Shm, "lobby"},
+               {"config/examples/cuda_ipc.yaml", SinkKind::CudaIpc, "lobby_gpu"}};
+  for (const auto& c : cases) {
+    const TempDir dir;
+    dir.write("samples/sample_720p.mp4", "not decoded at load time");
+    const DaemonConfig config = load_file(dir.write(c.file, read_text(kSourceDir / c.file)));
+    ASSERT_EQ(config.pipelines.size(), 1u) << c.file;
+    EXPECT_EQ(config.pipelines[0].sink.kind, c.kind) << c.file;
+    EXPECT_EQ(config.pipelines[0].sink.shm_name, c.ring) << c.file;
+    EXPECT_EQ(config.pipelines[0].sink.slots, 8) << c.file;
+    EXPECT_TRUE(config.pipelines[0].source.loop) << c.file;
+  }
 }
 
 TEST(Examples, RtspTakesThePasswordFromTheEnvironment) {

@@ -109,7 +109,7 @@ TEST_P(NpySinkFiles, ReadBackEqualsWhatWasWritten) {
   SinkSpec spec;
   spec.directory = (dir.path / "out").string();
   spec.frames_per_file = c.frames_per_file;
-  auto sink = make_sink(spec, plans, "lobby");
+  auto sink = make_sink(spec, plans, "lobby", {DeviceKind::Cpu});
 
   constexpr int64_t kFirst = 10, kCount = 7;   // with 3 per file: 3 + 3 + a partial 1
   std::vector<std::vector<Bytes>> written(plans.size());
@@ -210,7 +210,7 @@ TEST(NpySink, NullSinkWritesNothing) {
   SinkSpec spec;
   spec.kind = SinkKind::Null;
   spec.directory = (dir.path / "out").string();
-  auto sink = make_sink(spec, plans, "bench");
+  auto sink = make_sink(spec, plans, "bench", {DeviceKind::Cpu});
   const Bytes a = random_payload(plans[0].bytes_per_frame, 1), b = random_payload(plans[1].bytes_per_frame, 2);
   const std::byte* ptrs[] = {a.data(), b.data()};
   sink->write(0, ptrs);

@@ -87,7 +87,10 @@ TEST(ShmSink, HeaderDescribesTheOutputsAndSlotsHoldTheFrames) {
     const Mapping ring(name);
     const shm::ShmHeader& h = ring.header();
     EXPECT_EQ(std::memcmp(h.magic, "FFSHMRNG", 8), 0);
-    EXPECT_EQ(h.version, 1u);
+    EXPECT_EQ(h.version, 2u);
+    EXPECT_EQ(h.memory, uint32_t(shm::RingMemory::Host));
+    EXPECT_EQ(h.device_slot_bytes, 0u);
+    EXPECT_EQ(h.pci_bus_id[0], '\0');
     EXPECT_EQ(h.header_bytes, 4096u);
     EXPECT_EQ(h.slots, 4u);
     EXPECT_EQ(h.outputs, 2u);
@@ -275,6 +278,19 @@ TEST(ShmSink, BadNamesAndSizesAreRefused) {
     EXPECT_TRUE(valid_shm_name(good)) << good;
   EXPECT_THROW(ShmSink(ring_name("zero"), 0, plans, "p"), ConfigError);
   EXPECT_THROW(ShmSink(ring_name("none"), 2, {}, "p"), ConfigError);
+}
+
+TEST(RingSinks, ACudaIpcRingNeedsACudaDevice) {
+  SinkSpec spec;
+  spec.kind = SinkKind::CudaIpc;
+  spec.shm_name = ring_name("cpu");
+  try {
+    make_sink(spec, make_plans(), "cam", {DeviceKind::Cpu});
+    ADD_FAILURE() << "a cuda_ipc sink was made for a pipeline on the CPU";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("pipeline 'cam': sink cuda_ipc needs a"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists("/dev/shm/" + spec.shm_name)) << "nothing made";
 }
 
 }  // namespace

@@ -1,0 +1,54 @@
+#include "pipeline/sinks/cuda_ipc_sink.hpp"
+
+#include <cstring>
+#include <spdlog/fmt/fmt.h>
+
+namespace framefuse {
+namespace {
+
+//! Throws SinkError("<where>: <what>: <cuda error string>") unless err is cudaSuccess.
+void check(cudaError_t err, const std::string& where, const char* what) {
+  if (err != cudaSuccess) throw SinkError(fmt::format("{}: {}: {}", where, what, cudaGetErrorString(err)));
+}
+
+}  // namespace
+
+CudaIpcSink::CudaIpcSink(int device, const std::string& name, int32_t slots, std::vector<OutputPlan> plans,
+                         const std::string& pipeline)
+    : RingSink(name, slots, std::move(plans), pipeline, shm::RingMemory::Cuda,
+               fmt::format("pipeline '{}': sink cuda_ipc '{}'", pipeline, name)),
+      device_(device) {
+  check(cudaSetDevice(device_), where(), "cudaSetDevice");
+  shm::ShmHeader& h = header();
+  void* ring = nullptr;
+  check(cudaMalloc(&ring, size_t(h.slots) * h.device_slot_bytes), where(), "cudaMalloc of the device ring");
+  ring_ = cuda::DeviceBuffer(ring, size_t(h.slots) * h.device_slot_bytes);
+  // Zeroed like the host ring's slots: a reader never sees another allocation's bytes.
+  check(cudaMemset(ring, 0, ring_.size()), where(), "cudaMemset of the device ring");
+  cudaIpcMemHandle_t handle{};
+  check(cudaIpcGetMemHandle(&handle, ring), where(), "cudaIpcGetMemHandle");
+  static_assert(sizeof handle == sizeof h.ipc_handle);
+  std::memcpy(h.ipc_handle, &handle, sizeof handle);
+  check(cudaDeviceGetPCIBusId(h.pci_bus_id, sizeof h.pci_bus_id - 1, device_), where(), "cudaDeviceGetPCIBusId");
+  cudaStream_t s{};
+  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), where(), "cudaStreamCreate");
+  stream_ = cuda::Stream(s);
+  publish();
+}
+
+CudaIpcSink::~CudaIpcSink() {
+  flush();
+  cudaSetDevice(device_);
+}
+
+void CudaIpcSink::put_tensors(uint64_t c, std::span<const std::byte* const> outputs) {
+  const shm::ShmHeader& h = header();
+  std::byte* const slot_base = ring_.as() + (c % h.slots) * h.device_slot_bytes;
+  check(cudaSetDevice(device_), where(), "cudaSetDevice");
+  for (size_t k = 0; k < outputs.size(); ++k)
+    check(cudaMemcpyAsync(slot_base + h.output[k].offset, outputs[k], h.output[k].bytes, cudaMemcpyDefault, stream_),
+          where(), "copy into the device ring");
+  check(cudaStreamSynchronize(stream_), where(), "copy into the device ring");
+}
+
+}  // namespace framefuse
