@@ -18,6 +18,9 @@ http:
   max_connections: 64              # concurrent connections; more are refused
   idle_timeout: 30s                # close keep-alive connections idle this long
   max_header_bytes: 8KiB           # larger request headers are rejected (1KiB..1MiB)
+decode:                            # hybrid decode: `decoder: auto` streams spread over NVDEC and the cores
+  nvdec_fps: 7680                  # what one GPU's NVDEC decodes, 1080p frames per second
+  cpu_fps: auto                    # what the cores decode in software (auto = 100 per hardware thread)
 device: auto                       # auto (first CUDA device, else cpu) | cpu | cuda | cuda:N
 readiness: all                     # /readyz: all = every pipeline streaming, any = at least one
 drain_timeout: 5s                  # on shutdown, time for queued frames to finish (0s = none)

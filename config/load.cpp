@@ -412,6 +412,14 @@ HttpConfig read_http(const Value& v) {
   return c;
 }
 
+DecodeConfig read_decode(const Value& v) {
+  const Map m = v.map({"nvdec_fps", "cpu_fps"});
+  DecodeConfig c;
+  if (const auto x = m.get("nvdec_fps")) c.nvdec_fps = x->number(1, 1e6);
+  if (const auto x = m.get("cpu_fps"); x && x->text() != "auto") c.cpu_fps = x->number(1, 1e6);
+  return c;
+}
+
 //! `scheme://...` -> the scheme; plain paths -> empty.
 std::string_view uri_scheme(std::string_view uri) {
   const size_t sep = uri.find("://");
@@ -879,10 +887,11 @@ PipelineSpec read_pipeline(const Value& v, PipelineContext& ctx) {
 
 DaemonConfig read_daemon(const Value& root) {
   const Map m =
-      root.map({"log", "http", "device", "readiness", "drain_timeout", "cpu_threads", "batching", "pipelines"});
+      root.map({"log", "http", "decode", "device", "readiness", "drain_timeout", "cpu_threads", "batching", "pipelines"});
   DaemonConfig c;
   if (const auto x = m.get("log")) c.log = read_log(*x);
   if (const auto x = m.get("http")) c.http = read_http(*x);
+  if (const auto x = m.get("decode")) c.decode = read_decode(*x);
   if (const auto x = m.get("device")) c.device = x->parse(parse_device);
   if (const auto x = m.get("readiness")) c.readiness = x->choice(kReadiness);
   if (const auto x = m.get("drain_timeout")) c.drain_timeout = x->duration_ms(true);

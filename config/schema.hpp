@@ -27,12 +27,23 @@ struct HttpConfig {
   bool operator==(const HttpConfig&) const = default;
 };
 
+//! Hybrid decode (pipeline/decode/decode_balancer.hpp): what NVDEC and the cores decode, in 1080p
+//! H.264 frames per second; `decoder: auto` streams of CUDA pipelines are spread over both.
+struct DecodeConfig {
+  //! Per GPU. An H200 held 256 live 1080p30 streams on NVDEC alone (7,680 fps, the most the bench
+  //! tried; tests/bench/RESULTS.md, session 13), so live cameras stay on NVDEC up to there.
+  double nvdec_fps = 7680;
+  double cpu_fps = 0;        //!< the host's cores; 0 = auto (decode_capacity(): 100 per hardware thread)
+  bool operator==(const DecodeConfig&) const = default;
+};
+
 //! What /readyz requires: every pipeline streaming, or at least one.
 enum class ReadinessPolicy : uint8_t { All, Any };
 
 struct DaemonConfig {
   LogConfig log;
   HttpConfig http;
+  DecodeConfig decode;
   DeviceSpec device;                            //!< default for pipelines without their own
   ReadinessPolicy readiness = ReadinessPolicy::All;
   std::chrono::milliseconds drain_timeout{5000};   //!< shutdown: time for queued frames to finish

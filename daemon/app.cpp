@@ -29,6 +29,7 @@ App::App(config::DaemonConfig config, Overrides overrides) : overrides_(std::mov
   apply_overrides(config);
   probe_ = probe_cuda();
   config_ = std::make_shared<const config::DaemonConfig>(std::move(config));
+  balancer_.set_capacity(decode_capacity(config_->decode.nvdec_fps, config_->decode.cpu_fps));
   const DeviceSpec resolved = resolve_device(config_->device, probe_);   // throws DeviceError
   check_devices(*config_);
   if (probe_.devices == 0) {
@@ -82,7 +83,8 @@ void App::start_group(const BatchGroupSpec& g) {
 
 void App::start_pipeline(const PipelineSpec& p) {
   BatchGroup* group = p.batch_group.empty() ? nullptr : groups_.at(p.batch_group).get();
-  auto runner = std::make_unique<PipelineRunner>(p, device_for(p), config_->cpu_threads, group, &decoder_share_);
+  auto runner =
+      std::make_unique<PipelineRunner>(p, device_for(p), config_->cpu_threads, group, &decoder_share_, &balancer_);
   spdlog::info("pipeline '{}': starting ({} -> {} output(s), device {}{})", p.name, redact_uri(p.source.uri),
                p.outputs.size(), to_string(runner->device()),
                group ? fmt::format(", batch group '{}'", p.batch_group) : std::string());
@@ -205,6 +207,7 @@ bool App::reload() {
   }
   auto old = config_;
   config_ = std::make_shared<const config::DaemonConfig>(std::move(next));
+  balancer_.set_capacity(decode_capacity(config_->decode.nvdec_fps, config_->decode.cpu_fps));   // streams keep their decoders until they reopen
   // A batch group is kept when its spec and device are; a replaced one is replaced with all its
   // members, which stop (drain) before it goes.
   std::set<std::string> kept_groups;

@@ -69,6 +69,7 @@ class App final : public StatusSource {
   mutable std::mutex mu_;   //!< guards config_, groups_, runners_ and reload counters against HTTP readers
   std::shared_ptr<const config::DaemonConfig> config_;
   DecoderShare decoder_share_;   //!< the runners' software decoders of files share the cores; outlives them
+  DecodeBalancer balancer_{{}};   //!< hybrid decode over NVDEC and the cores (config_->decode); outlives the runners
   std::map<std::string, std::unique_ptr<BatchGroup>> groups_;        //!< outlive their member runners
   std::map<std::string, std::unique_ptr<PipelineRunner>> runners_;
   uint64_t reloads_ok_ = 0, reloads_failed_ = 0;

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "config/schema.hpp"
 #include "daemon/process_stats.hpp"
 #include "pipeline/util/clock.hpp"
 #include "pipeline/util/text_escape.hpp"
@@ -59,6 +60,21 @@ PipelineSpec bench_pipeline(const BenchOptions& o, int i) {
 //! runners would (1 when NVDEC decodes): decode_options()'s `software_decoders`.
 int shared_decoders(const BenchOptions& o, const DeviceSpec& device, int streams) {
   return decodes_file_in_software(bench_pipeline(o, 0), device) ? streams : 1;
+}
+
+//! `o` with every stream on `decoder`.
+BenchOptions with_decoder(BenchOptions o, DecoderKind decoder) {
+  o.decoder = decoder;
+  return o;
+}
+
+//! The decoders streams used ("nvdec" or "cpu" each): "nvdec" when all used NVDEC, "nvdec 4 + cpu 4"
+//! when hybrid decode spread them.
+std::string decoder_mix(const std::vector<std::string>& used) {
+  const auto nvdec = std::count(used.begin(), used.end(), "nvdec");
+  const auto cpu = std::ssize(used) - nvdec;
+  if (cpu == 0 || nvdec == 0) return cpu == 0 ? "nvdec" : "cpu";
+  return fmt::format("nvdec {} + cpu {}", nvdec, cpu);
 }
 
 //! The `q` quantile of `v` (nearest rank below), 0 for none.
@@ -172,13 +188,13 @@ struct PipelinesRun {
 //! the latencies of each stream's first kLatencySettleS of frames (all count when a stream ends
 //! before).
 //! Software decoders of files share the host's cores among the members of `share` (the runners'
-//! own share when null), as the daemon's pipelines do.
+//! own share when null), as the daemon's pipelines do; with `balancer`, hybrid decode as the daemon's.
 PipelinesRun run_pipelines(const std::vector<PipelineSpec>& specs, const DeviceSpec& device, double fps = 0,
-                           DecoderShare* share = nullptr) {
+                           DecoderShare* share = nullptr, DecodeBalancer* balancer = nullptr) {
   DecoderShare own;
   std::vector<std::unique_ptr<PipelineRunner>> runners;
   for (const auto& spec : specs)
-    runners.push_back(std::make_unique<PipelineRunner>(spec, device, 0, nullptr, share ? share : &own));
+    runners.push_back(std::make_unique<PipelineRunner>(spec, device, 0, nullptr, share ? share : &own, balancer));
   for (auto& runner : runners) runner->start();
   std::vector<int64_t> first_ns(runners.size(), 0);
   // Each runner's counters once it processed its settling frames.
@@ -197,6 +213,7 @@ PipelinesRun run_pipelines(const std::vector<PipelineSpec>& specs, const DeviceS
   }
   PipelinesRun run;
   std::vector<int64_t> last_ns;
+  std::vector<std::string> decoders;
   for (size_t i = 0; i < runners.size(); ++i) {
     PipelineRunner& runner = *runners[i];
     runner.join();   // file sources end after max_frames; join returns once the queue drained
@@ -216,9 +233,10 @@ PipelinesRun run_pipelines(const std::vector<PipelineSpec>& specs, const DeviceS
     run.queue_wait += settled[i] ? s.queue_wait.since(settled[i]->queue_wait) : s.queue_wait;
     run.submit += settled[i] ? s.submit.since(settled[i]->submit) : s.submit;
     run.submit_cpu_s += s.submit_cpu_s - (settled[i] ? settled[i]->submit_cpu_s : 0);
-    run.decoder = s.decoder;
+    decoders.push_back(s.decoder);
     run.frame = s.frame;
   }
+  run.decoder = decoder_mix(decoders);
   if (fps > 0) run.together = due_together(last_ns, fps, 1e-3);
   return run;
 }
@@ -250,23 +268,26 @@ PhaseResult measure(F&& phase) {
 }
 
 //! Phase 1: each stream a VideoSource decoding as its runner would (decoder, device, a frame pool
-//! of the runner's default size); frames are dropped as soon as they are read.
-uint64_t decode_only(const BenchOptions& o, const DeviceSpec& device, PhaseResult& r) {
+//! of the runner's default size, hybrid decode with `balancer`); frames are dropped as soon as they
+//! are read.
+uint64_t decode_only(const BenchOptions& o, const DeviceSpec& device, PhaseResult& r,
+                     DecodeBalancer* balancer = nullptr) {
   const int streams = o.streams;
   std::vector<uint64_t> frames(streams, 0);
   std::vector<std::exception_ptr> errors(streams);
-  std::vector<DecoderKind> used(streams, DecoderKind::Cpu);
+  std::vector<std::string> used(streams);
   {
     std::vector<std::jthread> threads;
     for (int i = 0; i < streams; ++i) {
       threads.emplace_back([&, i] {
         try {
           const PipelineSpec spec = bench_pipeline(o, i);
-          const DecodeOptions decode = decode_options(spec, device, shared_decoders(o, device, streams));
+          DecodeOptions decode = decode_options(spec, device, shared_decoders(o, device, streams));
+          decode.balancer = balancer;
           VideoSource source(spec.source, spec.name, decode);
           source.open();
           while (source.read()) ++frames[i];
-          used[i] = source.decoder();
+          used[i] = source.decoder() == DecoderKind::Nvdec ? "nvdec" : "cpu";
         } catch (...) {
           errors[i] = std::current_exception();
         }
@@ -275,7 +296,7 @@ uint64_t decode_only(const BenchOptions& o, const DeviceSpec& device, PhaseResul
   }
   for (const auto& e : errors)
     if (e) std::rethrow_exception(e);
-  r.decoder = used[0] == DecoderKind::Nvdec ? "nvdec" : "cpu";
+  r.decoder = decoder_mix(used);
   uint64_t total = 0;
   for (const uint64_t n : frames) total += n;
   return total;
@@ -524,7 +545,7 @@ void memory_breakdown(const BenchOptions& o, const DeviceSpec& device, BenchResu
 
 //! `streams` pipelines on the clip paced at `fps` (realtime: true) for o.live_seconds.
 LiveTrial live_trial(const BenchOptions& o, const DeviceSpec& device, int streams, double fps,
-                     const MemoryReference& reference) {
+                     const MemoryReference& reference, DecodeBalancer* balancer) {
   std::vector<PipelineSpec> specs;
   const int64_t frames = std::max<int64_t>(2, std::llround(o.live_seconds * fps));
   for (int i = 0; i < streams; ++i) {
@@ -538,7 +559,7 @@ LiveTrial live_trial(const BenchOptions& o, const DeviceSpec& device, int stream
   t.streams = streams;
   MemorySampler memory(device.kind == DeviceKind::Cuda ? device.index : -1);
   const auto t0 = std::chrono::steady_clock::now();
-  const PipelinesRun run = run_pipelines(specs, device, fps);
+  const PipelinesRun run = run_pipelines(specs, device, fps, nullptr, balancer);
   t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   t.memory = per_stream(memory.peak(), reference, streams);
   t.frames = run.frames;
@@ -552,21 +573,22 @@ LiveTrial live_trial(const BenchOptions& o, const DeviceSpec& device, int stream
   t.together = run.together;
   t.latency_frames = run.latency.count();
   t.latency_mean_s = run.latency.mean_s().value_or(0);
+  t.decoder = run.decoder;
   // A live source queues kLiveSlackFrames frames before it drops: later than that would have
   // dropped. (Latency is reported, not judged.)
   t.held = run.all_frames && run.dropped == 0 && run.late_s <= kLiveSlackFrames / fps;
-  fmt::print(stderr, "bench: {} real-time stream(s): {} ({} frames, {} dropped, {:.1f} ms late)\n", streams,
-             t.held ? "held" : "not held", t.frames, t.dropped, 1e3 * t.late_s);
+  fmt::print(stderr, "bench: {} real-time stream(s): {} ({} frames, {} dropped, {:.1f} ms late; {})\n", streams,
+             t.held ? "held" : "not held", t.frames, t.dropped, 1e3 * t.late_s, t.decoder);
   return t;
 }
 
 //! The most streams (<= o.live_streams) that hold: doubling from 8, then bisecting to within
-//! ~10 %; then one trial at 80 % of that for the latency at that load.
+//! ~10 %; then one trial at 80 % of that for the latency at that load. Hybrid decode with `balancer`.
 void live_search(const BenchOptions& o, const DeviceSpec& device, double fps, const MemoryReference& reference,
-                 BenchResult& result) {
+                 BenchResult& result, DecodeBalancer* balancer) {
   int held = 0, failed = o.live_streams + 1;
   for (int n = std::min(8, o.live_streams);;) {
-    result.live.push_back(live_trial(o, device, n, fps, reference));
+    result.live.push_back(live_trial(o, device, n, fps, reference, balancer));
     if (!result.live.back().held) {
       failed = n;
       break;
@@ -577,11 +599,12 @@ void live_search(const BenchOptions& o, const DeviceSpec& device, double fps, co
   }
   while (failed - held > std::max(1, held / 10)) {
     const int n = (held + failed) / 2;
-    result.live.push_back(live_trial(o, device, n, fps, reference));
+    result.live.push_back(live_trial(o, device, n, fps, reference, balancer));
     (result.live.back().held ? held : failed) = n;
   }
   result.live_held = held;
-  if (held > 0) result.live.push_back(live_trial(o, device, std::max(1, int(std::lround(0.8 * held))), fps, reference));
+  if (held > 0)
+    result.live.push_back(live_trial(o, device, std::max(1, int(std::lround(0.8 * held))), fps, reference, balancer));
 }
 
 }  // namespace
@@ -624,6 +647,14 @@ BenchResult run_bench(const BenchOptions& o) {
   result.device = to_string(device);
   if (o.decoder == DecoderKind::Nvdec && device.kind != DeviceKind::Cuda)
     throw std::invalid_argument(fmt::format("--decoder nvdec needs a CUDA device, the device is {}", result.device));
+  if (o.hybrid && (device.kind != DeviceKind::Cuda || o.decoder != DecoderKind::Auto))
+    throw std::invalid_argument(fmt::format("--hybrid needs --decoder auto on a CUDA device, the device is {}",
+                                            result.device));
+  // Hybrid decode as the daemon does it, with its default `decode:` capacities unless given.
+  const config::DecodeConfig defaults;
+  const auto balancer = o.hybrid ? std::make_unique<DecodeBalancer>(decode_capacity(
+                                       o.nvdec_fps > 0 ? o.nvdec_fps : defaults.nvdec_fps, o.cpu_fps))
+                                 : nullptr;
 
   // Untimed warm-up: the process's CUDA context, NVDEC and FFmpeg start-up would otherwise land in
   // whichever phase runs first.
@@ -641,7 +672,7 @@ BenchResult run_bench(const BenchOptions& o) {
   const StreamMemory base = memory_now(gpu);
   result.decode = measure([&](PhaseResult& r) {
     MemorySampler memory(gpu);
-    const uint64_t frames = decode_only(o, device, r);
+    const uint64_t frames = decode_only(o, device, r, balancer.get());
     result.decode_memory = per_stream(memory.peak(), {base, 0}, o.streams);
     return frames;
   });
@@ -657,7 +688,7 @@ BenchResult run_bench(const BenchOptions& o) {
       for (int i = 1; i < o.streams; ++i)
         unstarted.push_back(std::make_unique<PipelineRunner>(bench_pipeline(o, i), device, 0, nullptr, &share));
       MemorySampler memory(gpu);
-      const PipelinesRun run = run_pipelines({bench_pipeline(o, 0)}, device, 0, &share);
+      const PipelinesRun run = run_pipelines({bench_pipeline(o, 0)}, device, 0, &share, balancer.get());
       reference = {memory.peak(), 1};
       median_reference = {memory.median(), 1};
       r.decoder = run.decoder;
@@ -669,7 +700,7 @@ BenchResult run_bench(const BenchOptions& o) {
     std::vector<PipelineSpec> specs;
     for (int i = 0; i < o.streams; ++i) specs.push_back(bench_pipeline(o, i));
     MemorySampler memory(gpu);
-    const PipelinesRun run = run_pipelines(specs, device);
+    const PipelinesRun run = run_pipelines(specs, device, 0, nullptr, balancer.get());
     result.pipeline_memory = per_stream(memory.peak(), reference, o.streams);
     result.pipeline_memory_median = per_stream(memory.median(), median_reference, o.streams);
     latency = run.latency;
@@ -678,7 +709,11 @@ BenchResult run_bench(const BenchOptions& o) {
     result.frame = run.frame;
     return run.frames;
   });
-  result.decode_again = measure([&](PhaseResult& r) { return decode_only(o, device, r); });
+  result.decode_again = measure([&](PhaseResult& r) { return decode_only(o, device, r, balancer.get()); });
+  if (o.hybrid) {
+    result.decode_nvdec = measure([&](PhaseResult& r) { return decode_only(with_decoder(o, DecoderKind::Nvdec), device, r); });
+    result.decode_cpu = measure([&](PhaseResult& r) { return decode_only(with_decoder(o, DecoderKind::Cpu), device, r); });
+  }
   result.latency_p50_s = latency_quantile(latency.counts, 0.50);
   result.latency_p99_s = latency_quantile(latency.counts, 0.99);
 #if FRAMEFUSE_HAVE_CUDA
@@ -689,7 +724,7 @@ BenchResult run_bench(const BenchOptions& o) {
   }
 #endif
   memory_breakdown(o, device, result);
-  if (o.live_streams > 0) live_search(o, device, fps, reference, result);
+  if (o.live_streams > 0) live_search(o, device, fps, reference, result, balancer.get());
   return result;
 }
 
@@ -737,6 +772,12 @@ std::string format_bench_table(const BenchResult& r) {
   if (r.single.frames) out += phase_row("pipeline, 1 st", r.single, 1);
   out += phase_row("pipeline", r.pipeline, n);
   out += phase_row("decode again", r.decode_again, n);
+  if (r.options.hybrid) {
+    out += phase_row("decode, nvdec", r.decode_nvdec, n);
+    out += phase_row("decode, cpu", r.decode_cpu, n);
+    out += fmt::format("hybrid decode ceiling {:.1f} fps = {:.2f}x the NVDEC-only ceiling, {:.2f}x the software-only one\n",
+                       r.ceiling_fps(), r.ceiling_fps() / r.decode_nvdec.fps(), r.ceiling_fps() / r.decode_cpu.fps());
+  }
   out += fmt::format("pipeline latency, decode -> output (histogram bucket bounds): p50 {}, p99 {}; submit CPU "
                      "{:.2f} us/frame (the pipelines' own submit calls)\n",
                      latency_text(r.latency_p50_s), latency_text(r.latency_p99_s), r.pipeline_submit_cpu_us);
@@ -779,16 +820,16 @@ std::string format_bench_table(const BenchResult& r) {
                        "frames fell due within 1 ms; latency of each stream's frames after its first {:g} s, bucket "
                        "bounds, and the exact mean):\n",
                        r.options.live_seconds, kLatencySettleS);
-    out += fmt::format("{:>8}{:>6}{:>10}{:>9}{:>10}{:>10}{:>30}{:>10}{:>16}{:>16}{:>14}{:>12}{:>12}\n", "streams",
+    out += fmt::format("{:>8}{:>6}{:>10}{:>9}{:>10}{:>10}{:>30}{:>10}{:>16}{:>16}{:>14}{:>12}{:>12}  {}\n", "streams",
                        "held", "frames", "dropped", "late ms", "together", "latency p50 / p99", "mean ms", "wait p99",
-                       "submit p99", "submit CPU us", "GPU MiB/st", "RSS MiB/st");
+                       "submit p99", "submit CPU us", "GPU MiB/st", "RSS MiB/st", "decoder");
     for (const auto& t : r.live)
-      out += fmt::format("{:>8}{:>6}{:>10}{:>9}{:>10.1f}{:>10}{:>30}{:>10.3f}{:>16}{:>16}{:>14.1f}{:>12}{:>12.1f}\n",
+      out += fmt::format("{:>8}{:>6}{:>10}{:>9}{:>10.1f}{:>10}{:>30}{:>10.3f}{:>16}{:>16}{:>14.1f}{:>12}{:>12.1f}  {}\n",
                          t.streams, t.held ? "yes" : "no", t.frames, t.dropped, 1e3 * t.late_s, t.together,
                          latency_text(t.latency_p50_s) + " / " + latency_text(t.latency_p99_s), 1e3 * t.latency_mean_s,
                          latency_text(t.queue_wait_p99_s), latency_text(t.submit_p99_s), t.submit_cpu_us,
                          t.memory.gpu_mib < 0 ? std::string("-") : fmt::format("{:.1f}", t.memory.gpu_mib),
-                         t.memory.rss_mib);
+                         t.memory.rss_mib, t.decoder);
     out += fmt::format("most streams held: {}\n", r.live_held);
   }
   out += fmt::format("\npipeline / decode ceiling = {:.1f} %\n", 100 * r.ratio());
@@ -820,17 +861,19 @@ std::string format_bench_json(const BenchResult& r) {
     live += fmt::format(R"({}{{"streams": {}, "held": {}, "seconds": {}, "frames": {}, "dropped": {}, "late_ms": {}, )"
                         R"("due_together": {}, )"
                         R"("latency_p50_ms": {}, "latency_p99_ms": {}, "latency_mean_ms": {}, "latency_frames": {}, )"
-                        R"("queue_wait_p99_ms": {}, "submit_p99_ms": {}, "submit_cpu_us": {}, "memory_per_stream": {}}})",
+                        R"("queue_wait_p99_ms": {}, "submit_p99_ms": {}, "submit_cpu_us": {}, "memory_per_stream": {}, )"
+                        R"("decoder": {}}})",
                         live.empty() ? "" : ", ", t.streams, t.held ? "true" : "false", json_number(t.seconds),
                         t.frames, t.dropped, json_number(1e3 * t.late_s), t.together, json_number(1e3 * t.latency_p50_s),
                         json_number(1e3 * t.latency_p99_s), json_number(1e3 * t.latency_mean_s), t.latency_frames,
                         json_number(1e3 * t.queue_wait_p99_s), json_number(1e3 * t.submit_p99_s),
-                        json_number(t.submit_cpu_us), memory_json(t.memory));
+                        json_number(t.submit_cpu_us), memory_json(t.memory), json_string(t.decoder));
   return fmt::format(
       "{{\"clip\": {}, \"frame\": {}, \"streams\": {}, \"frames_per_stream\": {}, \"device\": {}, "
       "\"outputs\": [\"classify\", \"detect\"], \"sink\": \"null\",\n"
       " \"decode\": {}}},\n \"decode_again\": {}}},\n"
       " \"single_stream\": {}}},\n"
+      " \"hybrid\": {}, \"decode_nvdec\": {}}}, \"decode_cpu\": {}}},\n"
       " \"pipeline\": {}, \"latency_p50_ms\": {}, \"latency_p99_ms\": {}, \"submit_cpu_us\": {}, "
       "\"latency_resolution\": \"histogram bucket upper bound; null = above {} ms\"}},\n"
       " \"memory_per_stream\": {}, \"memory_per_stream_median\": {},\n \"decode_memory_per_stream\": {},\n"
@@ -840,7 +883,9 @@ std::string format_bench_json(const BenchResult& r) {
       " \"live\": {{\"held\": {}, \"trials\": [{}]}},\n"
       " \"ratio\": {}}}\n",
       json_string(r.options.clip), json_string(r.frame), n, r.options.frames, json_string(r.device),
-      phase_json(r.decode, n), phase_json(r.decode_again, n), phase_json(r.single, 1), phase_json(r.pipeline, n), json_number(1e3 * r.latency_p50_s),
+      phase_json(r.decode, n), phase_json(r.decode_again, n), phase_json(r.single, 1),
+      r.options.hybrid ? "true" : "false", phase_json(r.decode_nvdec, n), phase_json(r.decode_cpu, n),
+      phase_json(r.pipeline, n), json_number(1e3 * r.latency_p50_s),
       json_number(1e3 * r.latency_p99_s), json_number(r.pipeline_submit_cpu_us), 1e3 * kLatencyBuckets.back(), memory_json(r.pipeline_memory),
       memory_json(r.pipeline_memory_median), memory_json(r.decode_memory), engine, parts, json_number(r.timer_us),
       r.decoder_threads, r.decode_surfaces,

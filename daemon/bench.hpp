@@ -36,6 +36,13 @@ struct BenchOptions {
   //! its frame rate (`realtime: true`, as a live camera), each trial `live_seconds` long.
   int32_t live_streams = 0;
   int32_t live_seconds = 4;
+  //! Hybrid decode (`decoder: auto` on a CUDA device): the streams spread over NVDEC and the cores
+  //! as the daemon spreads them (DecodeBalancer, capacities below); also measures the decode
+  //! ceiling with every stream on NVDEC and with every stream in software, for the ratios.
+  bool hybrid = false;
+  //! Hybrid decode's capacities, 1080p frames per second (config `decode.nvdec_fps`, `decode.cpu_fps`);
+  //! 0: the daemon's defaults.
+  double nvdec_fps = 0, cpu_fps = 0;
   bool operator==(const BenchOptions&) const = default;
 };
 
@@ -44,7 +51,7 @@ struct PhaseResult {
   double seconds = 0;                    //!< wall time of the phase
   double cpu_s = 0;                      //!< process user + system CPU time over the phase
   double peak_rss_mib = 0;               //!< process peak RSS at the end of the phase (monotonic)
-  std::string decoder;                   //!< decoder in use: "nvdec", "cpu"
+  std::string decoder;                   //!< decoder in use: "nvdec", "cpu", or both: "nvdec 4 + cpu 4"
   double fps() const { return seconds > 0 ? double(frames) / seconds : 0; }
   double cpu_ms_per_frame() const { return frames ? 1e3 * cpu_s / double(frames) : 0; }
 };
@@ -103,6 +110,7 @@ struct LiveTrial {
   //! when each one's first frame was decoded).
   int32_t together = 0;
   StreamMemory memory;                   //!< per stream, against the 1-stream run of the pipeline phase
+  std::string decoder;                   //!< as PhaseResult::decoder
 };
 
 struct BenchResult {
@@ -112,6 +120,7 @@ struct BenchResult {
   PhaseResult decode, pipeline;
   PhaseResult decode_again;              //!< phase 1 once more, after the pipelines
   PhaseResult single;                    //!< one pipeline alone (streams > 1), the memory reference
+  PhaseResult decode_nvdec, decode_cpu;  //!< hybrid: the decode ceiling with every stream on NVDEC / in software
   //! Decode -> output latency of every pipeline frame: upper bounds of the histogram buckets
   //! (kLatencyBuckets) holding the quantile, seconds; +inf when beyond the last bound.
   double latency_p50_s = 0, latency_p99_s = 0;

@@ -17,10 +17,13 @@ Usage:
   framefused print-default-config    print every config key with its default
   framefused bench --clip FILE [--streams N] [--frames N] [--decoder auto|nvdec|cpu]
                    [--device auto|cpu|cuda[:N]] [--json FILE] [--live N] [--live-seconds S]
+                   [--hybrid [--nvdec-fps F] [--cpu-fps F]]
                                      decode ceiling vs full pipeline on N concurrent streams
                                      (default 1 stream x 600 frames; classify + detect outputs);
                                      CUDA: executor submit cost, device times, memory per stream;
-                                     --live N: the most streams (<= N) held at the clip's rate
+                                     --live N: the most streams (<= N) held at the clip's rate;
+                                     --hybrid: streams spread over NVDEC and the cores, vs each alone
+                                     (capacities as config `decode:`, 1080p fps; default the daemon's)
   framefused --help | --version
 
 Signals: SIGINT/SIGTERM drain in-flight frames and stop; SIGHUP reloads the config.
@@ -124,6 +127,11 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
         b.live_streams = static_cast<int32_t>(parse_int(flag, value(flag), 1, 256, "a stream count (1-256)"));
       } else if (flag == "--live-seconds") {
         b.live_seconds = static_cast<int32_t>(parse_int(flag, value(flag), 1, 3600, "seconds (1-3600)"));
+      } else if (flag == "--hybrid") {
+        b.hybrid = true;
+      } else if (flag == "--nvdec-fps" || flag == "--cpu-fps") {
+        (flag == "--nvdec-fps" ? b.nvdec_fps : b.cpu_fps) =
+            double(parse_int(flag, value(flag), 1, 1'000'000, "1080p frames per second (1-1000000)"));
       } else {
         throw std::invalid_argument("unknown option '" + flag + "' for bench (try --help)");
       }

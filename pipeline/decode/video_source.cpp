@@ -139,6 +139,7 @@ struct VideoSource::Impl {
   std::atomic<int> format_choices{0};      //!< decoder set-ups (choose_format)
   std::tuple<int, int, int, int, AVPixelFormat> last_shape{0, 0, 0, 0, AV_PIX_FMT_NONE};   //!< the last set-up's (get_format only)
   int surfaces = 0;                        //!< NVDEC decode surfaces asked for (0: FFmpeg's default)
+  DecodeBalancer::Lease lease;             //!< with opts.balancer: the decoder's share counted there
   std::unique_ptr<LegacyStreamFence> copies;   //!< NVDEC: waits for a frame's copy before read() returns it
   // NVDEC across a change of sequence (new SPS) in an Annex B stream: FFmpeg 5.1's cuvid decoder
   // sets NVIDIA's decoder up again for the new sequence without first handing out the frames it
@@ -260,7 +261,16 @@ struct VideoSource::Impl {
   //! stream, else software (`auto`, reported to on_fallback) or an error (`nvdec`).
   void open_decoder(const AVStream& st) {
     track_sequences = false;
-    const bool nvdec = opts.decoder == DecoderKind::Nvdec || (opts.decoder == DecoderKind::Auto && opts.cuda_device >= 0);
+    bool nvdec = opts.decoder == DecoderKind::Nvdec || (opts.decoder == DecoderKind::Auto && opts.cuda_device >= 0);
+    if (opts.balancer) {   // hybrid decode: `auto` takes NVDEC or the cores, whichever has room
+      const DecodeDemand demand =
+          decode_demand(st.codecpar->width, st.codecpar->height, fps, rtsp() || spec.realtime);
+      lease = {};   // a reopen chooses again
+      lease = nvdec && opts.decoder == DecoderKind::Auto
+                  ? opts.balancer->assign(opts.cuda_device, demand)
+                  : opts.balancer->hold(nvdec ? DecoderKind::Nvdec : DecoderKind::Cpu, opts.cuda_device, demand);
+      nvdec = lease.decoder() == DecoderKind::Nvdec;
+    }
     if (nvdec) {
       const std::string why = open_nvdec(st);
       if (why.empty()) return;
@@ -269,11 +279,20 @@ struct VideoSource::Impl {
     const AVCodec* dec = avcodec_find_decoder(st.codecpar->codec_id);
     if (!dec) fail(fmt::format("no decoder for codec '{}'", avcodec_get_name(st.codecpar->codec_id)));
     new_context(*dec, st);
-    codec->thread_count = opts.threads_at_open ? opts.threads_at_open() : opts.threads;
+    codec->thread_count = software_threads();
     // Frame threads hold frames back (one per thread); live sources prefer slice threads.
     if (rtsp()) codec->thread_type = FF_THREAD_SLICE;
     if (const int err = avcodec_open2(codec.get(), dec, nullptr); err < 0)
       fail(fmt::format("cannot open the {} decoder ({})", dec->name, av_error(err)));
+  }
+
+  //! Threads of a software decoder opening now: the caller's share of the cores; for an unpaced
+  //! file that hybrid decode gave the cores, an equal share among the unpaced streams there.
+  int software_threads() const {
+    if (opts.threads_at_open) return opts.threads_at_open();
+    if (opts.balancer && lease.decoder() == DecoderKind::Cpu && !rtsp() && !spec.realtime)
+      return shared_decoder_threads(opts.balancer->cpu().unpaced);
+    return opts.threads;
   }
 
   //! A context for `dec` with the stream's parameters and this source's callbacks, in `codec`.
@@ -329,6 +348,7 @@ struct VideoSource::Impl {
   bool give_up_nvdec(const std::string& why) {
     const bool tried = nvdec_wanted.exchange(false);
     in_use = DecoderKind::Cpu;
+    lease.move_to_cpu();
     if (opts.decoder == DecoderKind::Nvdec) return false;
     if (tried && opts.on_fallback) opts.on_fallback(why);
     return true;

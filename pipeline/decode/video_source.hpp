@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "pipeline/decode/decode_balancer.hpp"
 #include "pipeline/decode/decoded_frame.hpp"
 #include "pipeline/memory/frame_pool.hpp"
 #include "pipeline/spec.hpp"
@@ -22,8 +23,12 @@ namespace framefuse {
 //! How a VideoSource decodes. The defaults: software, into FFmpeg's own buffers.
 struct DecodeOptions {
   //! Auto: NVDEC when `cuda_device` >= 0 and NVDEC can decode the stream, else software (each
-  //! such fallback reported to `on_fallback`). Nvdec: NVDEC or an error. Cpu: software.
+  //! such fallback reported to `on_fallback`); with a `balancer`, software also when it gives the
+  //! stream the cores (hybrid decode). Nvdec: NVDEC or an error. Cpu: software.
   DecoderKind decoder = DecoderKind::Auto;
+  //! Hybrid decode: where each (re)opened decoder is counted, and where `auto` asks which decoder
+  //! to take; must outlive the source. Null: `auto` takes NVDEC whenever it can.
+  DecodeBalancer* balancer = nullptr;
   int cuda_device = -1;                 //!< the pipeline's CUDA device; -1: it runs on the CPU
   //! Software frames of the formats the ops read are decoded straight into its slots (Pinned or
   //! Host frames); null: FFmpeg's own buffers (Host frames). Waits on it follow the pool's policy,

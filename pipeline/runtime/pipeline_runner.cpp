@@ -59,10 +59,11 @@ struct PipelineRunner::Impl {
 };
 
 PipelineRunner::PipelineRunner(PipelineSpec spec, DeviceSpec device, int cpu_threads, BatchGroup* group,
-                               DecoderShare* share)
+                               DecoderShare* share, DecodeBalancer* balancer)
     : spec_(std::move(spec)), device_(device), cpu_threads_(cpu_threads), group_(group),
       impl_(std::make_unique<Impl>(static_cast<size_t>(spec_.queue_depth))),
-      share_(share && decodes_file_in_software(spec_, device_) ? share : nullptr) {
+      share_(share && decodes_file_in_software(spec_, device_) ? share : nullptr),
+      balancer_(balancer) {
   if (share_) share_->join();
 }
 
@@ -115,6 +116,7 @@ void PipelineRunner::start() {
   // Decode buffers, shared by every (re)connection: software frames decode into the pool's slots
   // (pinned on CUDA devices). When it runs dry, files wait and live sources drop the oldest frame.
   DecodeOptions decode = decode_options(spec_, device_);
+  decode.balancer = balancer_;
   if (live) {
     decode.pool->set_drop_oldest([this] {
       if (!impl_->queue.drop_oldest()) return false;
@@ -160,6 +162,13 @@ void PipelineRunner::start() {
         stats_.set_state(SourceState::Connecting);
         source.open();
         stats_.set_decoder(source.decoder() == DecoderKind::Nvdec ? "nvdec" : "cpu");
+        if (balancer_ && spec_.decoder == DecoderKind::Auto && device_.kind == DeviceKind::Cuda) {
+          const DecodeBalancer::Load nv = balancer_->nvdec(device_.index), cpu = balancer_->cpu();
+          spdlog::info("pipeline '{}': hybrid decode: {} (NVDEC of {}: {:.0f} % paced, {} unpaced; cores: {:.0f} % "
+                       "paced, {} unpaced)",
+                       spec_.name, source.decoder() == DecoderKind::Nvdec ? "nvdec" : "software", to_string(device_),
+                       100 * nv.paced / nv.capacity, nv.unpaced, 100 * cpu.paced / cpu.capacity, cpu.unpaced);
+        }
         impl_->frame_rate.store(source.frame_rate(), std::memory_order_relaxed);   // published by the queue push
         impl_->activity_ns.store(steady_now_ns(), std::memory_order_relaxed);
         std::atomic_thread_fence(std::memory_order_release);

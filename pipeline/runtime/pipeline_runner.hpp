@@ -21,16 +21,19 @@
 
 namespace framefuse {
 
-class DecoderShare;   // pipeline/decode/video_source.hpp
+class DecoderShare;     // pipeline/decode/video_source.hpp
+class DecodeBalancer;   // pipeline/decode/decode_balancer.hpp
 
 class PipelineRunner {
  public:
   //! `device` is already resolved (Cpu or Cuda:N). Nothing starts until start(). With `group`
   //! (which must outlive the runner, on the same device) the frames go through that group. With
   //! `share` (which must outlive the runner) a file decoded in software is one of its members: its
-  //! decoder opens with a share of the host's cores instead of FFmpeg's count.
+  //! decoder opens with a share of the host's cores instead of FFmpeg's count. With `balancer`
+  //! (which must outlive the runner) its decoder is counted there, and `decoder: auto` on a CUDA
+  //! device takes NVDEC or the cores as the balancer says (hybrid decode).
   PipelineRunner(PipelineSpec spec, DeviceSpec device, int cpu_threads = 0, BatchGroup* group = nullptr,
-                 DecoderShare* share = nullptr);
+                 DecoderShare* share = nullptr, DecodeBalancer* balancer = nullptr);
   ~PipelineRunner();
   PipelineRunner(const PipelineRunner&) = delete;
   PipelineRunner& operator=(const PipelineRunner&) = delete;
@@ -66,6 +69,7 @@ class PipelineRunner {
   PipelineStats stats_;
   std::unique_ptr<Impl> impl_;
   DecoderShare* share_;   //!< the share its software-decoded file joined, else null
+  DecodeBalancer* balancer_;
   std::atomic<bool> done_{false};
   mutable std::mutex latest_mu_;
   std::optional<DecodedFrame> latest_;

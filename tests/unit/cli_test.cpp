@@ -39,11 +39,13 @@ TEST(Cli, BenchDefaults) {
   EXPECT_EQ(o.bench.decoder, DecoderKind::Auto);
   EXPECT_EQ(o.bench.device.kind, DeviceKind::Auto);
   EXPECT_FALSE(o.bench.json_path);
+  EXPECT_FALSE(o.bench.hybrid);
 }
 
 TEST(Cli, BenchEveryOption) {
   const auto o = parse_cli({"bench", "--streams", "8", "--frames", "1200", "--decoder", "nvdec", "--device", "cuda:2",
-                            "--json", "r.json", "--clip", "/data/x.mkv", "--live", "64", "--live-seconds", "3"});
+                            "--json", "r.json", "--clip", "/data/x.mkv", "--live", "64", "--live-seconds", "3",
+                            "--hybrid", "--nvdec-fps", "4800", "--cpu-fps", "900"});
   EXPECT_EQ(o.command, Command::Bench);
   EXPECT_EQ(o.bench.clip, "/data/x.mkv");
   EXPECT_EQ(o.bench.streams, 8);
@@ -53,6 +55,9 @@ TEST(Cli, BenchEveryOption) {
   EXPECT_EQ(o.bench.json_path, "r.json");
   EXPECT_EQ(o.bench.live_streams, 64);
   EXPECT_EQ(o.bench.live_seconds, 3);
+  EXPECT_TRUE(o.bench.hybrid);
+  EXPECT_EQ(o.bench.nvdec_fps, 4800);
+  EXPECT_EQ(o.bench.cpu_fps, 900);
 }
 
 TEST(Cli, BenchDecoderAndDeviceNames) {

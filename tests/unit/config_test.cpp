@@ -184,6 +184,7 @@ void expect_same_daemon(const DaemonConfig& a, const DaemonConfig& b) {
   EXPECT_EQ(a.http.max_connections, b.http.max_connections);
   EXPECT_EQ(a.http.idle_timeout.count(), b.http.idle_timeout.count());
   EXPECT_EQ(a.http.max_header_bytes, b.http.max_header_bytes);
+  EXPECT_EQ(a.decode, b.decode);
   EXPECT_EQ(a.device.kind, b.device.kind);
   EXPECT_EQ(a.device.index, b.device.index);
   EXPECT_EQ(a.readiness, b.readiness);
@@ -568,6 +569,20 @@ TEST(Load, ShmSinkKeysAreCheckedWhereTheyStand) {
             "s.yaml:3:79: pipelines[1].sink.type: shared-memory ring 'b' is already written by pipeline 'a'");
   EXPECT_EQ(sink_error("{type: shm}", "{type: shm, name: a}"),
             "s.yaml:3:90: pipelines[1].sink.name: shared-memory ring 'a' is already written by pipeline 'a'");
+}
+
+TEST(Load, DecodeCapacitiesAreNumbersOrAuto) {
+  const auto load = [](const std::string& decode) {
+    return load_string("decode: " + decode + "\npipelines:\n  - {name: a, source: {uri: 'rtsp://h/1'}, outputs: [{name: o}], "
+                       "sink: {type: null}}\n",
+                       "d.yaml", "/tmp");
+  };
+  EXPECT_EQ(load("{nvdec_fps: 950, cpu_fps: 400}").decode, (DecodeConfig{950, 400}));
+  EXPECT_EQ(load("{cpu_fps: auto}").decode, DecodeConfig{});
+  const auto error = [&](const std::string& decode) { return error_of([&] { load(decode); }); };
+  EXPECT_EQ(error("{nvdec_fps: 0}"), "d.yaml:1:21: decode.nvdec_fps: must be between 1 and 1000000, got 0");
+  EXPECT_EQ(error("{cpu_fps: many}"), "d.yaml:1:19: decode.cpu_fps: expected a number, got 'many'");
+  EXPECT_EQ(error("{nvdec: 5}"), "d.yaml:1:10: decode.nvdec: unknown key 'nvdec' (expected nvdec_fps, cpu_fps)");
 }
 
 TEST(Load, CudaIpcSinkIsARingOnACudaDevice) {

@@ -1,0 +1,146 @@
+//! DecodeBalancer: hybrid decode's choice between NVDEC and the cores, table-driven; leases give
+//! their load back; concurrent use keeps the books.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pipeline/decode/decode_balancer.hpp"
+
+namespace framefuse {
+namespace {
+
+constexpr double kPx1080p = 1920.0 * 1080.0;
+
+//! A 1080p stream at `fps` (paced) or as fast as it decodes.
+DecodeDemand stream(double fps, bool paced = true) { return decode_demand(1920, 1080, fps, paced); }
+
+//! "n" for NVDEC, "c" for the cores, per lease.
+std::string choices(const std::vector<DecodeBalancer::Lease>& leases) {
+  std::string s;
+  for (const auto& l : leases) s += l.decoder() == DecoderKind::Nvdec ? 'n' : 'c';
+  return s;
+}
+
+struct Case {
+  const char* what;
+  double nvdec_fps, cpu_fps;   //!< capacities, 1080p frames per second
+  std::vector<DecodeDemand> streams;   //!< `auto` streams on device 0, in the order they open
+  const char* want;
+};
+
+class Assign : public testing::TestWithParam<Case> {};
+
+TEST_P(Assign, StreamsGoWhereThePolicySays) {
+  const Case& c = GetParam();
+  DecodeBalancer balancer(decode_capacity(c.nvdec_fps, c.cpu_fps));
+  std::vector<DecodeBalancer::Lease> leases;
+  for (const DecodeDemand& d : c.streams) leases.push_back(balancer.assign(0, d));
+  EXPECT_EQ(choices(leases), c.want) << c.what;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Policy, Assign,
+    testing::Values(
+        // NVDEC takes 100 fps, the cores 50: three 30 fps cameras fit NVDEC, the fourth goes to the
+        // cores; then neither has room and each goes where it loads less (NVDEC on a tie: 1.2 = 1.2).
+        Case{"paced: NVDEC first, then the cores, then the less loaded", 100, 50,
+             {stream(30), stream(30), stream(30), stream(30), stream(30), stream(30)}, "nnncnc"},
+        // Unpaced files: each where the share it would get is larger; NVDEC 1900 against 1600.
+        Case{"unpaced: the larger share", 1900, 1600,
+             {stream(30, false), stream(30, false), stream(30, false), stream(30, false), stream(30, false)},
+             "ncncn"},
+        Case{"unpaced: equal capacities alternate, NVDEC first", 100, 100,
+             {stream(30, false), stream(30, false), stream(30, false), stream(30, false)}, "ncnc"},
+        // Paced streams take their rate out of what unpaced files share: 90 of NVDEC's 100 leaves
+        // 10, so the file goes to the cores' 50.
+        Case{"unpaced after paced: what the paced leave", 100, 50,
+             {stream(30), stream(30), stream(30), stream(30, false)}, "nnnc"},
+        Case{"a 4K camera counts four times a 1080p one (100 of 90 fps)", 90, 500,
+             {decode_demand(3840, 2160, 25, true), stream(25)}, "cn"}));
+
+TEST(DecodeBalancer, LeasesGiveTheirLoadBack) {
+  DecodeBalancer balancer(decode_capacity(60, 60));
+  {
+    auto a = balancer.assign(0, stream(30));
+    auto b = balancer.assign(0, stream(30));
+    EXPECT_EQ(a.decoder(), DecoderKind::Nvdec);
+    EXPECT_EQ(b.decoder(), DecoderKind::Nvdec);
+    EXPECT_DOUBLE_EQ(balancer.nvdec(0).paced, 60 * kPx1080p);
+    EXPECT_EQ(balancer.assign(0, stream(30)).decoder(), DecoderKind::Cpu) << "NVDEC is full";
+    EXPECT_DOUBLE_EQ(balancer.cpu().paced, 0) << "the temporary lease above is gone";
+    DecodeBalancer::Lease moved = std::move(a);
+    EXPECT_EQ(a.decoder(), DecoderKind::Auto) << "a moved-from lease holds nothing";
+    EXPECT_DOUBLE_EQ(balancer.nvdec(0).paced, 60 * kPx1080p) << "moving a lease moves, never doubles, its load";
+  }
+  EXPECT_DOUBLE_EQ(balancer.nvdec(0).paced, 0);
+  EXPECT_EQ(balancer.assign(0, stream(30)).decoder(), DecoderKind::Nvdec) << "room again";
+}
+
+TEST(DecodeBalancer, AStreamNvdecGaveUpCountsOnTheCores) {
+  DecodeBalancer balancer(decode_capacity(100, 100));
+  auto lease = balancer.assign(0, stream(30, false));
+  ASSERT_EQ(lease.decoder(), DecoderKind::Nvdec);
+  lease.move_to_cpu();
+  EXPECT_EQ(lease.decoder(), DecoderKind::Cpu);
+  EXPECT_EQ(balancer.nvdec(0).unpaced, 0);
+  EXPECT_EQ(balancer.cpu().unpaced, 1);
+  EXPECT_EQ(balancer.assign(0, stream(30, false)).decoder(), DecoderKind::Nvdec) << "NVDEC is free again";
+}
+
+TEST(DecodeBalancer, FixedDecodersCountAndEachGpuHasItsOwnNvdec) {
+  DecodeBalancer balancer(decode_capacity(60, 60));
+  const auto fixed = balancer.hold(DecoderKind::Nvdec, 0, stream(60));   // `decoder: nvdec` fills GPU 0's NVDEC
+  const auto cpu = balancer.hold(DecoderKind::Cpu, -1, stream(30));      // a CPU pipeline
+  EXPECT_EQ(balancer.assign(0, stream(30)).decoder(), DecoderKind::Cpu) << "auto goes around the fixed stream";
+  EXPECT_EQ(balancer.assign(1, stream(30)).decoder(), DecoderKind::Nvdec) << "GPU 1's NVDEC is free";
+  EXPECT_DOUBLE_EQ(balancer.cpu().paced, 30 * kPx1080p);
+  EXPECT_DOUBLE_EQ(balancer.nvdec(0).capacity, 60 * kPx1080p);
+}
+
+TEST(DecodeBalancer, NewCapacitiesApplyToTheNextChoice) {
+  DecodeBalancer balancer(decode_capacity(30, 100));
+  const auto a = balancer.assign(0, stream(30));
+  EXPECT_EQ(balancer.assign(0, stream(30)).decoder(), DecoderKind::Cpu);
+  balancer.set_capacity(decode_capacity(100, 100));
+  EXPECT_EQ(balancer.assign(0, stream(30)).decoder(), DecoderKind::Nvdec);
+  EXPECT_EQ(a.decoder(), DecoderKind::Nvdec) << "a lease keeps its decoder";
+}
+
+TEST(DecodeBalancer, AutoCpuCapacityIsAHundredFramesPerHardwareThread) {
+  const double threads = std::max(1u, std::thread::hardware_concurrency());
+  EXPECT_DOUBLE_EQ(decode_capacity(1900, 0).cpu, 100 * threads * kPx1080p);
+  EXPECT_DOUBLE_EQ(decode_capacity(1900, 0).nvdec, 1900 * kPx1080p);
+  EXPECT_DOUBLE_EQ(decode_capacity(1900, 250).cpu, 250 * kPx1080p);
+  EXPECT_DOUBLE_EQ(stream(0).pixels_per_s, 30 * kPx1080p) << "no stated rate: 30 fps";
+}
+
+TEST(DecodeBalancer, ConcurrentStreamsKeepTheBooks) {
+  DecodeBalancer balancer(decode_capacity(500, 500));
+  std::vector<std::jthread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&balancer, t] {
+      std::mt19937 rng(1234 + t);
+      std::vector<DecodeBalancer::Lease> held;
+      for (int i = 0; i < 2000; ++i) {
+        if (held.size() > 8 || (!held.empty() && rng() % 3 == 0)) {
+          held.erase(held.begin() + long(rng() % held.size()));
+        } else {
+          held.push_back(balancer.assign(int(rng() % 2), stream(5 + rng() % 60, rng() % 4 != 0)));
+          if (rng() % 5 == 0) held.back().move_to_cpu();
+        }
+      }
+    });
+  }
+  threads.clear();   // joined: every lease is gone
+  for (const auto& l : {balancer.nvdec(0), balancer.nvdec(1), balancer.cpu()}) {
+    EXPECT_DOUBLE_EQ(l.paced, 0);
+    EXPECT_EQ(l.unpaced, 0);
+  }
+}
+
+}  // namespace
+}  // namespace framefuse
