@@ -314,6 +314,12 @@ DaemonSnapshot App::daemon() {
   std::sort(cuda.begin(), cuda.end());
   cuda.erase(std::unique(cuda.begin(), cuda.end()), cuda.end());
   d.gpus = gpu_memory(cuda);
+  const auto load = [](const char* decoder, std::string device, const DecodeBalancer::Load& l) {
+    const double fps = pixels_per_s_1080p(1);
+    return DecodeLoad{decoder, std::move(device), l.capacity / fps, l.paced / fps, l.unpaced};
+  };
+  d.decode.push_back(load("cpu", "host", balancer_.cpu()));
+  for (const int32_t i : cuda) d.decode.push_back(load("nvdec", fmt::format("cuda:{}", i), balancer_.nvdec(i)));
   d.process = read_process_stats();
   return d;
 }

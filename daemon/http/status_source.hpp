@@ -16,6 +16,16 @@
 
 namespace framefuse::daemon {
 
+//! What one decoder of hybrid decode carries (DecodeBalancer): NVDEC of a GPU, or the host's cores.
+//! Rates in 1080p frames per second.
+struct DecodeLoad {
+  std::string decoder;          //!< "nvdec" or "cpu"
+  std::string device;           //!< "cuda:0"; "host" for the cores
+  double capacity_fps = 0;      //!< config `decode:`
+  double paced_fps = 0;         //!< what its paced streams (cameras, realtime files) need
+  int32_t unpaced_streams = 0;  //!< files decoding there as fast as they can
+};
+
 struct DaemonSnapshot {
   std::string version;
   double uptime_s = 0;
@@ -26,6 +36,7 @@ struct DaemonSnapshot {
   bool last_reload_ok = true;
   std::string config_path;
   std::vector<GpuMemory> gpus;        //!< CUDA devices the pipelines run on; empty on CPU-only hosts
+  std::vector<DecodeLoad> decode;     //!< the cores, then NVDEC of each CUDA device the pipelines run on
   std::vector<BatchGroupSnapshot> batch_groups;   //!< `batching` groups, by name
   ProcessStats process;               //!< the daemon process' CPU time, memory and descriptors
 };

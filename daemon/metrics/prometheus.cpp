@@ -145,6 +145,22 @@ void render_gpus(Exposition& e, std::span<const GpuMemory> gpus) {
           [](const GpuMemory& g) { return g.total_bytes; });
 }
 
+//! Hybrid decode: what the cores and each GPU's NVDEC carry.
+void render_decode(Exposition& e, std::span<const DecodeLoad> loads) {
+  if (loads.empty()) return;
+  const auto per_decoder = [&](const char* name, const char* help, auto value) {
+    e.family(name, "gauge", help);
+    for (const auto& l : loads) e.sample(name, {{"decoder", l.decoder}, {"device", l.device}}, value(l));
+  };
+  per_decoder("framefuse_decode_capacity_fps", "What the decoder decodes (config decode:), 1080p frames per second.",
+              [](const DecodeLoad& l) { return l.capacity_fps; });
+  per_decoder("framefuse_decode_paced_fps",
+              "What its paced streams (cameras, realtime files) need of it, 1080p frames per second.",
+              [](const DecodeLoad& l) { return l.paced_fps; });
+  per_decoder("framefuse_decode_unpaced_streams", "Files it decodes as fast as it can.",
+              [](const DecodeLoad& l) { return uint64_t(l.unpaced_streams); });
+}
+
 //! Batch groups (`batching:`); the families appear only when there are some.
 void render_batch_groups(Exposition& e, std::span<const BatchGroupSnapshot> groups) {
   if (groups.empty()) return;
@@ -238,6 +254,7 @@ std::string render_metrics(const DaemonSnapshot& d, std::span<const PipelineSnap
   e.family("framefuse_nvdec_sessions", "gauge", "Pipelines currently decoding with NVDEC.");
   e.sample("framefuse_nvdec_sessions", {}, nvdec_sessions(pipelines));
   render_gpus(e, d.gpus);
+  render_decode(e, d.decode);
   render_batch_groups(e, d.batch_groups);
   render_histogram(e, pipelines, "framefuse_decode_to_output_seconds",
                    "Time from a frame leaving the decoder to its outputs being written.", &PipelineSnapshot::latency);

@@ -82,7 +82,14 @@ std::string render_status_json(const DaemonSnapshot& d, std::span<const Pipeline
   for (size_t i = 0; i < d.gpus.size(); ++i)
     fmt::format_to(o, R"({}{{"device":"cuda:{}","used_bytes":{},"total_bytes":{}}})", i ? "," : "", d.gpus[i].device,
                    d.gpus[i].used_bytes, d.gpus[i].total_bytes);
-  fmt::format_to(o, R"(],"nvdec_sessions":{},"batch_groups":[)", nvdec_sessions(pipelines));
+  fmt::format_to(o, R"(],"nvdec_sessions":{},"decode":[)", nvdec_sessions(pipelines));
+  for (size_t i = 0; i < d.decode.size(); ++i) {
+    const DecodeLoad& l = d.decode[i];
+    fmt::format_to(o, R"({}{{"decoder":{},"device":{},"capacity_fps":{},"paced_fps":{},"unpaced_streams":{}}})",
+                   i ? "," : "", json_string(l.decoder), json_string(l.device), json_number(l.capacity_fps),
+                   json_number(l.paced_fps), l.unpaced_streams);
+  }
+  out += R"(],"batch_groups":[)";
   for (size_t i = 0; i < d.batch_groups.size(); ++i) {
     const BatchGroupSnapshot& g = d.batch_groups[i];
     fmt::format_to(o, R"({}{{"name":{},"device":{},"max_batch":{},"batches":{},"frames":{},"mean_fill":{},)",

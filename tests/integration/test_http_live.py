@@ -401,6 +401,11 @@ class HttpLiveTest(unittest.TestCase):
         self.assertTrue(rtsp["source"].startswith("rtsp://") and "127.0.0.1:1/x" in rtsp["source"], rtsp["source"])
         self.assertRegex(rtsp["last_error"], r"(?i)refused")
         self.assertEqual(cam["sink"], {"type": "null", "target": None})
+        # Hybrid decode's books: the cores carry the paced camera (850x478 at 30 fps, in 1080p frames
+        # per second); the RTSP source never opened, so it holds nothing.
+        self.assertEqual(s["decode"], [{"decoder": "cpu", "device": "host", "capacity_fps": 100 * os.cpu_count(),
+                                        "paced_fps": s["decode"][0]["paced_fps"], "unpaced_streams": 0}])
+        self.assertAlmostEqual(s["decode"][0]["paced_fps"], WIDE[0] * WIDE[1] * 30 / (1920 * 1080), places=6)
 
         bodies = {path: d.get(path)[2] for path in ("/status", "/metrics", "/readyz", "/preview/secretcam.jpg")}
         for path, body in bodies.items():

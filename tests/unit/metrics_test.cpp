@@ -78,6 +78,12 @@ DaemonSnapshot with_gpus(DaemonSnapshot d) {
   return d;
 }
 
+//! `d` with hybrid decode's loads: the cores and GPU 0's NVDEC.
+DaemonSnapshot with_decode(DaemonSnapshot d) {
+  d.decode = {{"cpu", "host", 1600, 30, 2}, {"nvdec", "cuda:0", 7680, 1875.5, 0}};
+  return d;
+}
+
 //! `d` with two batch groups: one that ran 40 batches of 8 (256 frames), one before its first batch.
 DaemonSnapshot with_batch_groups(DaemonSnapshot d) {
   d.batch_groups = {{"lobby", "cuda:0", 8, 40, 256, 7, 5, 4}, {"dock", "cpu", 4, 0, 0, 0, 0, 2}};
@@ -191,7 +197,7 @@ TEST(Metrics, PoolDecoderAndGpuSeriesHaveExactValues) {
   ps[0].decoder = "nvdec";
   ps[2].decoder = "";   // source not opened yet
   ps[3].decoder = "nvdec";
-  const std::string m = render_metrics(with_gpus(known_daemon()), ps);
+  const std::string m = render_metrics(with_decode(with_gpus(known_daemon())), ps);
   for (const char* line : {
            R"(framefuse_pool_frames_in_use{pipeline="lobby"} 6)",
            R"(framefuse_pool_frames_in_use{pipeline="dock"} 1006)",
@@ -210,6 +216,12 @@ TEST(Metrics, PoolDecoderAndGpuSeriesHaveExactValues) {
            R"(framefuse_gpu_memory_total_bytes{device="cuda:0"} 150754820096)",
            R"(framefuse_gpu_memory_used_bytes{device="cuda:2"} 1048576)",
            R"(framefuse_gpu_memory_total_bytes{device="cuda:2"} 85899345920)",
+           R"(framefuse_decode_capacity_fps{decoder="cpu",device="host"} 1600)",
+           R"(framefuse_decode_capacity_fps{decoder="nvdec",device="cuda:0"} 7680)",
+           R"(framefuse_decode_paced_fps{decoder="cpu",device="host"} 30)",
+           R"(framefuse_decode_paced_fps{decoder="nvdec",device="cuda:0"} 1875.5)",
+           R"(framefuse_decode_unpaced_streams{decoder="cpu",device="host"} 2)",
+           R"(framefuse_decode_unpaced_streams{decoder="nvdec",device="cuda:0"} 0)",
            "# TYPE framefuse_nvdec_fallbacks_total counter",
            "# TYPE framefuse_pool_frames gauge",
            "# TYPE framefuse_gpu_memory_used_bytes gauge",
@@ -228,9 +240,11 @@ TEST(StatusJson, PoolDecoderOutputsSinkAndGpus) {
   ps[0].sink_type = "shm";
   ps[0].sink_target = "/dev/shm/lobby";
   ps[1].sink_type = "null";
-  const std::string j = render_status_json(with_gpus(known_daemon()), ps);
+  const std::string j = render_status_json(with_decode(with_gpus(known_daemon())), ps);
   EXPECT_NE(j.find(R"("gpus":[{"device":"cuda:0","used_bytes":3221225472,"total_bytes":150754820096},)"
-                   R"({"device":"cuda:2","used_bytes":1048576,"total_bytes":85899345920}],"nvdec_sessions":1,)"),
+                   R"({"device":"cuda:2","used_bytes":1048576,"total_bytes":85899345920}],"nvdec_sessions":1,)"
+                   R"("decode":[{"decoder":"cpu","device":"host","capacity_fps":1600,"paced_fps":30,"unpaced_streams":2},)"
+                   R"({"decoder":"nvdec","device":"cuda:0","capacity_fps":7680,"paced_fps":1875.5,"unpaced_streams":0}],)"),
             std::string::npos) << j;
   EXPECT_NE(j.find(R"("pool":{"in_use":6,"capacity":16},"decoder":"nvdec","nvdec_fallbacks":1,"outputs":["cls","det"],)"
                    R"("sink":{"type":"shm","target":"/dev/shm/lobby"},)"),
@@ -239,7 +253,7 @@ TEST(StatusJson, PoolDecoderOutputsSinkAndGpus) {
   EXPECT_NE(j.find(R"("pool":{"in_use":1006,"capacity":1016},"decoder":null,"nvdec_fallbacks":1001,)"),
             std::string::npos) << j;
   const std::string cpu = render_status_json(known_daemon(), std::span(&ps[1], 1));
-  EXPECT_NE(cpu.find(R"("gpus":[],"nvdec_sessions":0,)"), std::string::npos) << cpu;
+  EXPECT_NE(cpu.find(R"("gpus":[],"nvdec_sessions":0,"decode":[],)"), std::string::npos) << cpu;
 }
 
 TEST(StatusJson, LatencyQueueWaitAndSubmitCountSumMean) {
@@ -375,7 +389,7 @@ TEST(Metrics, LabelValuesAreEscaped) {
 //! and contiguously; counters end in _total; values parse as floats.
 TEST(Metrics, TextFormatIsWellFormed) {
   const PipelineSnapshot ps[] = {with_control(known_pipeline("lobby", 0)), known_pipeline("dock \"2\"", 50)};
-  const std::string m = render_metrics(with_batch_groups(with_gpus(known_daemon())), ps);
+  const std::string m = render_metrics(with_decode(with_batch_groups(with_gpus(known_daemon()))), ps);
   ASSERT_TRUE(m.ends_with("\n"));
   const std::regex help(R"(# HELP ([a-zA-Z_:][a-zA-Z0-9_:]*) \S.*)");
   const std::regex type(R"(# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|histogram))");
@@ -412,7 +426,7 @@ TEST(Metrics, TextFormatIsWellFormed) {
       ADD_FAILURE() << "not a valid exposition line: " << l;
     }
   }
-  EXPECT_EQ(types.size(), 24u + 6u + 2u + 10u + 7u);   // + the process, GPU, control and batch group families
+  EXPECT_EQ(types.size(), 24u + 6u + 2u + 3u + 10u + 7u);   // + the process, GPU, decode, control and batch group families
   EXPECT_GT(samples, 60u);
 }
 
@@ -421,7 +435,7 @@ TEST(Metrics, PromtoolAcceptsTheExposition) {
   const PipelineSnapshot ps[] = {with_control(known_pipeline("lobby", 0)), known_pipeline("dock", 50)};
   const auto path = std::filesystem::temp_directory_path() / ("framefuse_metrics_" + std::to_string(::getpid()) + ".prom");
   {
-    std::ofstream(path) << render_metrics(with_batch_groups(with_gpus(known_daemon())), ps);
+    std::ofstream(path) << render_metrics(with_decode(with_batch_groups(with_gpus(known_daemon()))), ps);
   }
   const auto out = path.string() + ".out";
   const int rc = std::system(("promtool check metrics < " + path.string() + " > " + out + " 2>&1").c_str());
