@@ -61,15 +61,15 @@ std::unique_ptr<Sink> make_sink(const SinkSpec& spec, std::span<const OutputPlan
   switch (spec.kind) {
     case SinkKind::Null: return std::make_unique<NullSink>();
     case SinkKind::Shm: return std::make_unique<ShmSink>(spec.shm_name, spec.slots, std::move(copied), pipeline);
-    case SinkKind::CudaIpc:
-#if FRAMEFUSE_HAVE_CUDA
-      return std::make_unique<CudaIpcSink>(device.index, spec.shm_name, spec.slots, std::move(copied), pipeline);
-#else
-      break;   // check_sink_device() threw
-#endif
-    case SinkKind::Npy: break;
+    case SinkKind::Npy:
+      return std::make_unique<NpySink>(spec.directory, std::move(copied), spec.frames_per_file, pipeline);
+    case SinkKind::CudaIpc: break;
   }
-  return std::make_unique<NpySink>(spec.directory, std::move(copied), spec.frames_per_file, pipeline);
+#if FRAMEFUSE_HAVE_CUDA
+  return std::make_unique<CudaIpcSink>(device.index, spec.shm_name, spec.slots, std::move(copied), pipeline);
+#else
+  throw ConfigError(fmt::format("pipeline '{}': no sink of this type in this build", pipeline));   // check_sink_device() threw already
+#endif
 }
 
 }  // namespace framefuse
