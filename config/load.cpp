@@ -22,6 +22,7 @@
 #include "pipeline/control/delay_ring.hpp"
 #include "pipeline/error.hpp"
 #include "pipeline/exec/device.hpp"
+#include "pipeline/memory/frame_memory.hpp"
 #include "pipeline/fused/fused_params.hpp"
 #include "pipeline/sinks/shm_sink.hpp"
 #include "pipeline/util/redact.hpp"
@@ -655,7 +656,9 @@ SinkSpec read_sink(const Value& v, const std::string& pipeline, std::map<std::st
       name->fail(fmt::format("'{}' is not a shared-memory name (1-200 letters, digits, '.', '_', '-'; not starting "
                              "with '.')",
                              s.shm_name));
-    if (const auto x = m.get("slots")) s.slots = static_cast<int32_t>(x->integer(1, 1024));
+    // A device ring holds the frames in flight too: they are made in their slots.
+    if (const auto x = m.get("slots"))
+      s.slots = static_cast<int32_t>(x->integer(s.kind == SinkKind::CudaIpc ? kExecutorRing : 1, 1024));
     if (const auto [it, fresh] = used.emplace("shm:" + s.shm_name, pipeline); !fresh)
       (name ? *name : type).fail(
           fmt::format("shared-memory ring '{}' is already written by pipeline '{}'", s.shm_name, it->second));

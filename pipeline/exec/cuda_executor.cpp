@@ -243,8 +243,11 @@ void CudaExecutor::release_completed() {
 }
 
 void CudaExecutor::submit(std::span<const ops::ImageView> frames, std::span<const FrameMemory> memory,
-                          std::span<const std::shared_ptr<const void>> owners) {
+                          std::span<const std::shared_ptr<const void>> owners, std::span<std::byte* const> device_outs) {
   if (ring_.empty()) throw DeviceError(name() + ": submit() before setup()");
+  if (!device_outs.empty() && (options_.host_outputs || device_outs.size() != out_bytes_.size()))
+    throw DeviceError(name() + fmt::format(": {} output addresses given for {} outputs{}", device_outs.size(),
+                                           out_bytes_.size(), options_.host_outputs ? " downloaded to the host" : ""));
   if (in_flight_ == options_.in_flight)
     throw DeviceError(name() + fmt::format(": submit() with all {} slots in flight", options_.in_flight));
   if (frames.empty() || frames.size() > size_t(max_batch_))
@@ -291,7 +294,14 @@ void CudaExecutor::submit(std::span<const ops::ImageView> frames, std::span<cons
     }
     slot.frames[b] = {view, color_};
   }
-  slot.fused.set_batch(std::span(slot.frames).first(frames.size()), slot.outs);
+  slot.placed_outs.assign(device_outs.begin(), device_outs.end());   // capacity kept from frame to frame
+  if (device_outs.empty()) {
+    slot.fused.set_batch(std::span(slot.frames).first(frames.size()), slot.outs);
+  } else {
+    std::array<void*, kMaxOutputs> placed{};
+    std::copy(device_outs.begin(), device_outs.end(), placed.begin());
+    slot.fused.set_batch(std::span(slot.frames).first(frames.size()), std::span(placed).first(device_outs.size()));
+  }
   slot.batch = static_cast<int>(frames.size());
   slot.owners.assign(owners.begin(), owners.end());
 
@@ -344,7 +354,9 @@ Completion CudaExecutor::complete(std::span<std::byte* const> outs) {
     std::memcpy(outs[k], slot.host_out.as() + out_offsets_[k], out_bytes_[k] * size_t(slot.batch));
 
   Completion done;
-  done.outputs = outs.empty() ? std::span<std::byte* const>(slot.done_outs) : outs;
+  done.outputs = !outs.empty()                ? outs
+                 : !slot.placed_outs.empty() ? std::span<std::byte* const>(slot.placed_outs)
+                                             : std::span<std::byte* const>(slot.done_outs);
   done.on_device = !options_.host_outputs;
   if (options_.record_times) {
     if (const auto ms = elapsed_ms(slot.begun, slot.ready)) done.device_seconds = *ms * 1e-3;

@@ -89,9 +89,12 @@ class CudaExecutor final : public Executor {
   bool keeps_outputs() const override { return true; }
   //! Enqueues the batch in the next slot and returns; first drops the frames of earlier iterations
   //! that completed (an event query each while they hold frames, no wait). Throws DeviceError when
-  //! every slot is in flight.
+  //! every slot is in flight, or for `device_outs` with options.host_outputs (the download reads
+  //! the slot's own device outputs). `device_outs` reach the kernels through the parameter block,
+  //! so graphs replay as captured.
   void submit(std::span<const ops::ImageView> frames, std::span<const FrameMemory> memory,
-              std::span<const std::shared_ptr<const void>> owners) override;
+              std::span<const std::shared_ptr<const void>> owners,
+              std::span<std::byte* const> device_outs = {}) override;
   //! Waits for the oldest slot's `ready` event (polling), drops its frames and copies its outputs into
   //! `outs`; with no `outs`, Completion::outputs points into the slot's pinned buffer instead (its
   //! device buffer without options.host_outputs, which throws DeviceError when given `outs`).
@@ -126,6 +129,7 @@ class CudaExecutor final : public Executor {
     std::vector<FrameSlot> frames;                  //!< max_batch of them
     std::vector<void*> outs;                        //!< per fused output: its tensor of frame 0 (in dev_out)
     std::vector<std::byte*> done_outs;              //!< per output: what complete() hands out (host_out's, or outs)
+    std::vector<std::byte*> placed_outs;            //!< the in-flight batch's submit() `device_outs`; empty: none
     //! [batch size - 1][uploads]: captured iterations; an empty exec: launch call by call
     std::vector<std::array<cuda::CapturedGraph, 2>> graphs;
     std::vector<std::shared_ptr<const void>> owners;   //!< the frames of the iteration in flight

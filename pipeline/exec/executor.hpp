@@ -61,6 +61,10 @@ class Executor {
   //! be submitted and not completed; call setup() and setup_control() with none in flight.
   //! `owners` keep the frames' memory alive (DecodedFrame::owner): the executor
   //! drops them once nothing reads the frames any more, at the latest in complete().
+  //! `device_outs` (optional, executors that leave their outputs in device memory): the batch's
+  //! outputs are written there instead of the executor's own memory, output k of frame b at
+  //! device_outs[k] + b * bytes_per_frame, and complete() hands those addresses out; the memory must
+  //! stay untouched until then (a sink's ring slot, written in place: Sink::place_outputs()).
   //! The default is synchronous: submit() keeps the batch, complete() runs process_frames() on it.
   virtual int max_in_flight() const { return 1; }
   //! Whether complete() can hand out the outputs in the executor's own memory (Completion::outputs)
@@ -68,7 +72,9 @@ class Executor {
   virtual bool keeps_outputs() const { return false; }
   virtual int in_flight() const { return pending_.active ? 1 : 0; }
   virtual void submit(std::span<const ops::ImageView> frames, std::span<const FrameMemory> memory,
-                      std::span<const std::shared_ptr<const void>> owners) {
+                      std::span<const std::shared_ptr<const void>> owners,
+                      std::span<std::byte* const> device_outs = {}) {
+    if (!device_outs.empty()) throw DeviceError(name() + ": cannot write its outputs into device memory");
     if (pending_.active) throw DeviceError(name() + ": submit() with a batch in flight; complete() it first");
     pending_.frames.assign(frames.begin(), frames.end());   // capacity kept from frame to frame
     pending_.memory.assign(memory.begin(), memory.end());

@@ -341,8 +341,10 @@ void PipelineRunner::start() {
         }
         if (static_cast<int>(in_flight.size()) == executor->max_in_flight()) complete_oldest();
         // The queue wait ends where the call begins, as in BatchGroup.
-        const SubmitCall call =
-            SubmitCall::time([&] { executor->submit({&frame->view, 1}, {&frame->memory, 1}, {&frame->owner, 1}); });
+        // A sink that publishes frames in place (cuda_ipc) has the executor write into its slot.
+        const std::span<std::byte* const> placed = sink->place_outputs(frame->index);
+        const SubmitCall call = SubmitCall::time(
+            [&] { executor->submit({&frame->view, 1}, {&frame->memory, 1}, {&frame->owner, 1}, placed); });
         in_flight.push_back({frame->index, frame->decoded_at, call});
       }
       // Final counts: the decode thread has ended (it closes the queue last) and nothing is in

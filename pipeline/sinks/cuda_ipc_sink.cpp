@@ -3,6 +3,8 @@
 #include <cstring>
 #include <spdlog/fmt/fmt.h>
 
+#include "pipeline/memory/frame_memory.hpp"
+
 namespace framefuse {
 namespace {
 
@@ -18,6 +20,8 @@ CudaIpcSink::CudaIpcSink(int device, const std::string& name, int32_t slots, std
     : RingSink(name, slots, std::move(plans), pipeline, shm::RingMemory::Cuda,
                fmt::format("pipeline '{}': sink cuda_ipc '{}'", pipeline, name)),
       device_(device) {
+  if (slots < kExecutorRing)   // the frames in flight are made in their slots
+    throw ConfigError(fmt::format("{}: slots must be at least {}, got {}", where(), kExecutorRing, slots));
   check(cudaSetDevice(device_), where(), "cudaSetDevice");
   shm::ShmHeader& h = header();
   void* ring = nullptr;
@@ -41,14 +45,23 @@ CudaIpcSink::~CudaIpcSink() {
   cudaSetDevice(device_);
 }
 
+std::byte* CudaIpcSink::device_slot(uint64_t c) {
+  return ring_.as() + (c % header().slots) * header().device_slot_bytes;
+}
+
 void CudaIpcSink::put_tensors(uint64_t c, std::span<const std::byte* const> outputs) {
   const shm::ShmHeader& h = header();
-  std::byte* const slot_base = ring_.as() + (c % h.slots) * h.device_slot_bytes;
-  check(cudaSetDevice(device_), where(), "cudaSetDevice");
-  for (size_t k = 0; k < outputs.size(); ++k)
-    check(cudaMemcpyAsync(slot_base + h.output[k].offset, outputs[k], h.output[k].bytes, cudaMemcpyDefault, stream_),
-          where(), "copy into the device ring");
-  check(cudaStreamSynchronize(stream_), where(), "copy into the device ring");
+  std::byte* const slot_base = device_slot(c);
+  bool copied = false;
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    std::byte* const dst = slot_base + h.output[k].offset;
+    if (outputs[k] == dst) continue;   // made in place
+    if (!copied) check(cudaSetDevice(device_), where(), "cudaSetDevice");
+    check(cudaMemcpyAsync(dst, outputs[k], h.output[k].bytes, cudaMemcpyDefault, stream_), where(),
+          "copy into the device ring");
+    copied = true;
+  }
+  if (copied) check(cudaStreamSynchronize(stream_), where(), "copy into the device ring");
 }
 
 }  // namespace framefuse

@@ -1,8 +1,10 @@
 #pragma once
-//! Writes each frame's output tensors into a ring in GPU memory that other processes on the host
+//! Keeps each frame's output tensors in a ring in GPU memory that other processes on the host
 //! open with CUDA IPC and read in place: PyTorch or CuPy tensors over the ring's slots, no copy
 //! through the host (layout and protocol: shm_ring.hpp, memory Cuda; tools/framefuse_shm.py).
-//! The ring's description and slot protocol live in /dev/shm/<name>, as for the shm sink.
+//! A pipeline's own executor writes each frame's outputs straight into its slot
+//! (place_outputs()); outputs made elsewhere (a batch group's) are copied in. The ring's
+//! description and slot protocol live in /dev/shm/<name>, as for the shm sink.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -23,9 +25,11 @@ class CudaIpcSink final : public RingSink {
   ~CudaIpcSink() override;
 
  private:
-  //! outputs[k]: device or host memory (unified addresses). One copy per output on the sink's
-  //! stream, then a wait for them: the slot is complete before its seq says so.
+  //! outputs[k]: device or host memory (unified addresses). Outputs made in the slot itself
+  //! (place_outputs()) stay; others are copied on the sink's stream, waited for before the slot
+  //! says it is complete.
   void put_tensors(uint64_t c, std::span<const std::byte* const> outputs) override;
+  std::byte* device_slot(uint64_t c) override;
 
   int device_;
   cuda::DeviceBuffer ring_;   //!< slots x header().device_slot_bytes

@@ -132,12 +132,37 @@ RingSink::~RingSink() {
   if (::stat(("/dev/shm" + name_).c_str(), &st) == 0 && uint64_t(st.st_ino) == inode_) ::shm_unlink(name_.c_str());
 }
 
-void RingSink::write(int64_t frame_index, std::span<const std::byte* const> outputs) {
+//! Takes the next c for a frame: its slot reads "being written" from here on.
+uint64_t RingSink::begin_frame() {
   const uint64_t c = written_++;
-  std::byte* const slot_base = slot(c);
-  auto* s = reinterpret_cast<shm::ShmSlot*>(slot_base);
+  auto* s = reinterpret_cast<shm::ShmSlot*>(slot(c));
   s->seq.store(2 * c + 1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);   // readers see "being written" before any byte changes
+  return c;
+}
+
+std::span<std::byte* const> RingSink::place_outputs(int64_t frame_index) {
+  if (!device_slot(0)) return {};
+  if (placed_.size() >= header().slots)
+    throw SinkError(fmt::format("{}: {} frames in flight, more than the ring's {} slots", where_, placed_.size() + 1,
+                                header().slots));
+  const uint64_t c = begin_frame();
+  placed_.emplace_back(frame_index, c);
+  placed_outs_.clear();
+  for (size_t k = 0; k < plans_.size(); ++k) placed_outs_.push_back(device_slot(c) + header().output[k].offset);
+  return placed_outs_;
+}
+
+void RingSink::write(int64_t frame_index, std::span<const std::byte* const> outputs) {
+  uint64_t c = 0;
+  if (!placed_.empty() && placed_.front().first == frame_index) {
+    c = placed_.front().second;
+    placed_.pop_front();
+  } else {
+    c = begin_frame();
+  }
+  std::byte* const slot_base = slot(c);
+  auto* s = reinterpret_cast<shm::ShmSlot*>(slot_base);
   put_tensors(c, outputs.first(std::min(outputs.size(), plans_.size())));
   const shm::ShmControl control = control_ && control_->first == frame_index
                                       ? control_block(control_->second, plans_.size())

@@ -5,6 +5,7 @@
 //! more than `slots` frames behind lose the oldest ones.
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <span>
 #include <string>
@@ -24,6 +25,10 @@ class RingSink : public Sink {
   RingSink(const RingSink&) = delete;
   RingSink& operator=(const RingSink&) = delete;
 
+  //! A frame placed here is written in place: its slot is taken now (readers see it as being
+  //! written until its write()). Empty for rings without device slots (device_slot()). Throws
+  //! SinkError when more frames are placed and not yet written than the ring has slots.
+  std::span<std::byte* const> place_outputs(int64_t frame_index) final;
   void write(int64_t frame_index, std::span<const std::byte* const> outputs) final;
   //! Kept for the write() of the same frame, which puts it in the frame's slot (callers give a
   //! frame's record before its tensors).
@@ -44,8 +49,11 @@ class RingSink : public Sink {
   //! Makes the ring visible to readers; the derived constructor's last step, once the header is complete.
   void publish();
   //! Puts frame c's tensors (outputs[k] for output k) into slot c % slots: header().output[k]
-  //! says where in the slot. Complete when it returns. Throws SinkError.
+  //! says where in the slot (an output already there, placed by place_outputs(), stays). Complete
+  //! when it returns. Throws SinkError.
   virtual void put_tensors(uint64_t c, std::span<const std::byte* const> outputs) = 0;
+  //! Slot c % slots in device memory, where outputs can be placed; null for host rings.
+  virtual std::byte* device_slot(uint64_t /*c*/) { return nullptr; }
 
   shm::ShmHeader& header() { return *reinterpret_cast<shm::ShmHeader*>(base_); }
   //! Slot c % slots of the shared-memory object.
@@ -54,14 +62,18 @@ class RingSink : public Sink {
   const std::string& where() const { return where_; }
 
  private:
+  uint64_t begin_frame();
+
   std::string name_;   //!< with the leading '/' shm_open wants
   std::vector<OutputPlan> plans_;
   std::string where_;
   std::byte* base_ = nullptr;
   size_t bytes_ = 0;       //!< of the whole object
   uint64_t inode_ = 0;     //!< of the object created: the name is ours while it names this inode
-  uint64_t written_ = 0;   //!< frames written: the next one's c
+  uint64_t written_ = 0;   //!< frames written or placed: the next one's c
   std::optional<std::pair<int64_t, control::ControlRecord>> control_;   //!< a record and its frame, until written
+  std::deque<std::pair<int64_t, uint64_t>> placed_;   //!< frames placed and not yet written, and their c
+  std::vector<std::byte*> placed_outs_;                //!< the last place_outputs()' addresses
 };
 
 //! Whether `name` can name a ring: 1-200 of letters, digits, '.', '_', '-', not starting with '.'.

@@ -27,6 +27,13 @@ class Sink {
   //! that only has to stay valid during the call (device addresses, not to be read, for a sink
   //! whose spec !reads_host_outputs()). Throws SinkError.
   virtual void write(int64_t frame_index, std::span<const std::byte* const> outputs) = 0;
+  //! Where frame `frame_index`'s outputs are to be made, for a sink that keeps frames in device
+  //! memory and publishes them in place (cuda_ipc): the executor writes them there
+  //! (Executor::submit's `device_outs`), and the frame's write() publishes them without a copy.
+  //! Empty: write() takes the outputs wherever they were made. Called in frame order before the
+  //! frame's processing is submitted; each call's frame is written (or the sink dropped) before
+  //! more frames than the sink can hold are placed. The span stays valid until the next call.
+  virtual std::span<std::byte* const> place_outputs(int64_t /*frame_index*/) { return {}; }
   //! The control record (statistics, gains, crop windows, health) that came with frame
   //! `frame_index`, given before that frame's write(); `record.iteration` says which frame it was
   //! measured on. Sinks that keep no metadata ignore it.

@@ -116,7 +116,9 @@ TEST_F(GpuEngine, SixtyFourPipelinesShareOneGpuAndGiveItsMemoryBack) {
   const std::vector<OutputSpec> outputs{workloads::thumbnail_spec()};
   auto spec = [&](const std::string& name) {
     PipelineSpec p = pipeline(name, sample("sample_720p.mp4"), outputs, kFrames);
-    p.sink = {SinkKind::Npy, (dir.path / name).string(), kFrames};
+    p.sink.kind = SinkKind::Npy;
+    p.sink.directory = (dir.path / name).string();
+    p.sink.frames_per_file = kFrames;
     return p;
   };
   ASSERT_EQ(run_alone(spec("cpu"), kCpu).frames_processed, uint64_t(kFrames));
@@ -189,7 +191,9 @@ TEST_F(GpuEngine, AResolutionChangeMidStreamReplansTheCudaExecutor) {
   const std::vector<OutputSpec> outputs{full, workloads::classify_spec()};
   auto spec = [&](const std::string& name) {
     PipelineSpec p = pipeline(name, spliced, outputs, -1);
-    p.sink = {SinkKind::Npy, (dir.path / name).string(), 1};
+    p.sink.kind = SinkKind::Npy;
+    p.sink.directory = (dir.path / name).string();
+    p.sink.frames_per_file = 1;
     return p;
   };
   const PipelineSnapshot s = run_alone(spec("gpu"), kGpu);

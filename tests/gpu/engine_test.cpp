@@ -4,8 +4,11 @@
 //! modes; outputs left in device memory (null sink) hold what a host sink downloads; frames are
 //! released once the device is done with them, also when the executor goes away with frames in
 //! flight; batches of every size give every output of their frames.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <spdlog/fmt/fmt.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
@@ -17,6 +20,7 @@
 #include "pipeline/exec/cpu_executor.hpp"
 #include "pipeline/exec/cuda_executor.hpp"
 #include "pipeline/exec/device.hpp"
+#include "pipeline/sinks/cuda_ipc_sink.hpp"
 #include "pipeline/workloads.hpp"
 #include "tests/gpu/gpu_support.hpp"
 
@@ -248,6 +252,66 @@ TEST(Engine, OutputsLeftInDeviceMemoryHoldWhatAHostSinkDownloads) {
     EXPECT_THROW(device.complete(pointers(out)), DeviceError);
     EXPECT_EQ(device.in_flight(), 1);
     EXPECT_TRUE(device.complete({}).on_device);
+  }
+}
+
+TEST(Engine, OutputsMadeInACudaIpcRingSlotHoldWhatAHostSinkDownloads) {
+  // A cuda_ipc sink places each frame's outputs in its ring slot (Sink::place_outputs): the
+  // executor writes them there through the parameter block, complete() hands out those addresses,
+  // and write() publishes the slot without a copy. The slot reads "being written" in between.
+  const Frames f = make_frames();
+  const auto plans = plans_for(f.info);
+  const ops::ColorParams color = make_color_params(ColorSpec{}, f.info);
+  CudaExecutor host(0, {.in_flight = 2});
+  host.setup(f.info, color, plans, 1);
+  const EngineRun downloaded = run_all(f, host, plans);
+  for (const bool graphs : {true, false}) {
+    SCOPED_TRACE(graphs ? "graphs" : "stream launches");
+    const std::string name = fmt::format("framefuse-gpu-test-{}-{}", ::getpid(), graphs);
+    CudaIpcSink sink(0, name, 3, plans, "engine");
+    const int fd = ::shm_open(("/" + name).c_str(), O_RDONLY, 0);
+    ASSERT_GE(fd, 0);
+    void* map = ::mmap(nullptr, 4096 * 4, PROT_READ, MAP_SHARED, fd, 0);
+    ::close(fd);
+    ASSERT_NE(map, MAP_FAILED);
+    const auto* header = static_cast<const shm::ShmHeader*>(map);
+    const auto seq = [&](uint64_t c) {
+      const auto* base = static_cast<const std::byte*>(map) + header->header_bytes + (c % header->slots) * header->slot_bytes;
+      return reinterpret_cast<const shm::ShmSlot*>(base)->seq.load();
+    };
+    CudaExecutor device(0, {.in_flight = 2, .graphs = graphs, .host_outputs = false});
+    device.setup(f.info, color, plans, 1);
+    std::vector<std::vector<std::byte*>> placed;
+    int written = 0;
+    const auto complete_one = [&] {
+      const Completion done = device.complete({});
+      ASSERT_EQ(std::vector<std::byte*>(done.outputs.begin(), done.outputs.end()), placed[size_t(written)])
+          << "complete() hands out the placed addresses";
+      EXPECT_EQ(seq(uint64_t(written)), 2u * uint64_t(written) + 1) << "being written until write()";
+      for (size_t k = 0; k < plans.size(); ++k) {
+        std::vector<std::byte> got(plans[k].bytes_per_frame);
+        ASSERT_EQ(cudaMemcpy(got.data(), done.outputs[k], got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+        EXPECT_TRUE(same_bytes(got, downloaded.outputs[size_t(written)][k])) << "frame " << written << " output " << k;
+      }
+      std::vector<const std::byte*> outs(done.outputs.begin(), done.outputs.end());
+      sink.write(written, outs);
+      EXPECT_EQ(seq(uint64_t(written)), 2u * uint64_t(written) + 2) << "published";
+      ++written;
+    };
+    for (int i = 0; i < kFrames; ++i) {
+      if (device.in_flight() == device.max_in_flight()) complete_one();
+      const std::span<std::byte* const> slot = sink.place_outputs(i);
+      ASSERT_EQ(slot.size(), plans.size());
+      placed.emplace_back(slot.begin(), slot.end());
+      const ops::ImageView view = f.view(i);
+      const FrameMemory memory = Frames::memory(i);
+      device.submit({&view, 1}, {&memory, 1}, {}, slot);
+    }
+    while (device.in_flight() > 0) complete_one();
+    EXPECT_EQ(header->published.load(), uint64_t(kFrames));
+    EXPECT_NE(placed[0][0], placed[1][0]) << "consecutive frames in different slots";
+    EXPECT_EQ(placed[0][0], placed[3][0]) << "three slots: frame 3 reuses frame 0's";
+    ::munmap(map, 4096 * 4);
   }
 }
 

@@ -148,7 +148,9 @@ TEST_P(RuntimeResolutionChange, EveryFrameIsProcessedAndTheOutputsAreReplannedAt
                                         output("short", {0, 0, 36}, ops::DType::U8, ops::Layout::Hwc)};
   auto run = [&](const fs::path& source, const char* sink_dir) {
     PipelineSpec p = pipeline("switch", source, outputs);   // one name: metadata.json is comparable
-    p.sink = {SinkKind::Npy, (dir.path / sink_dir).string(), c.frames_per_file};
+    p.sink.kind = SinkKind::Npy;
+    p.sink.directory = (dir.path / sink_dir).string();
+    p.sink.frames_per_file = c.frames_per_file;
     if (c.control) {
       p.control.enabled = true;
       p.control.auto_gain.enabled = true;
@@ -336,7 +338,9 @@ TEST_F(RuntimeRobustness, SixteenPipelinesAtOnceEachWriteWhatOneAloneWrites) {
                                         output("short", {0, 0, 20}, ops::DType::F32, ops::Layout::Hwc)};
   auto spec = [&](int i, const std::string& sink_dir) {
     PipelineSpec p = pipeline("many", sources[size_t(i) % sources.size()], outputs);
-    p.sink = {SinkKind::Npy, (dir.path / sink_dir).string(), 4};
+    p.sink.kind = SinkKind::Npy;
+    p.sink.directory = (dir.path / sink_dir).string();
+    p.sink.frames_per_file = 4;
     p.queue_depth = 2;
     return p;
   };
