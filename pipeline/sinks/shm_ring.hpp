@@ -11,7 +11,8 @@
 //! With memory Cuda (sink `type: cuda_ipc`) the tensors are in GPU memory instead: one device
 //! allocation exported as `ipc_handle` (cudaIpcOpenMemHandle opens it in another process, on the
 //! device `pci_bus_id`), slot i at i * device_slot_bytes, each output at its `offset` from the
-//! slot's start (256-byte aligned). The writer's copies into a device slot are complete before
+//! slot's start (256-byte aligned). The fused kernel writes a frame's outputs straight into its
+//! device slot (seq reads "being written" from the frame's submit), and they are complete before
 //! the slot's seq says so, so a reader can use the slot's tensors in place (zero-copy) and check
 //! seq afterwards. The device memory is the writer's: it is gone when the writer exits.
 //!
