@@ -30,8 +30,9 @@ struct HttpConfig {
 //! Hybrid decode (pipeline/decode/decode_balancer.hpp): what NVDEC and the cores decode, in 1080p
 //! H.264 frames per second; `decoder: auto` streams of CUDA pipelines are spread over both.
 struct DecodeConfig {
-  //! Per GPU. An H200 held 256 live 1080p30 streams on NVDEC alone (7,680 fps, the most the bench
-  //! tried; tests/bench/RESULTS.md, session 13), so live cameras stay on NVDEC up to there.
+  //! Per GPU. Serves live streams (an H200's NVDEC held 512 1080p30 streams, 15,360 fps) and the
+  //! split of unpaced files (each NVDEC session decodes a few hundred fps): 7,680 gave the best
+  //! measured file split and keeps 256 live streams on NVDEC (tests/bench/RESULTS.md, session 13).
   double nvdec_fps = 7680;
   double cpu_fps = 0;        //!< the host's cores; 0 = auto (decode_capacity(): 100 per hardware thread)
   bool operator==(const DecodeConfig&) const = default;

@@ -124,7 +124,7 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
       } else if (flag == "--json") {
         b.json_path = value(flag);
       } else if (flag == "--live") {
-        b.live_streams = static_cast<int32_t>(parse_int(flag, value(flag), 1, 256, "a stream count (1-256)"));
+        b.live_streams = static_cast<int32_t>(parse_int(flag, value(flag), 1, 1024, "a stream count (1-1024)"));
       } else if (flag == "--live-seconds") {
         b.live_seconds = static_cast<int32_t>(parse_int(flag, value(flag), 1, 3600, "seconds (1-3600)"));
       } else if (flag == "--hybrid") {

@@ -2,9 +2,9 @@
 //! Hybrid decode: spreads the `decoder: auto` streams of CUDA pipelines over NVDEC and the host's
 //! cores once NVDEC is full. Streams with a fixed decoder (`nvdec`, `cpu`, a CPU pipeline, an
 //! `auto` one NVDEC could not take) are counted too, so auto streams go around them. Measured on
-//! the H200 host (tests/bench/RESULTS.md, session 13): NVDEC held 256 live 1080p30 streams, while
+//! the H200 host (tests/bench/RESULTS.md, session 13): NVDEC held 512 live 1080p30 streams, while
 //! a 1080p frame decoded in software costs ~10 ms of CPU (16 cores: ~1,400-1,600 fps); unpaced
-//! files, whose NVDEC sessions each decode at a few hundred fps, gained 16-21 % from spreading.
+//! files, whose NVDEC sessions each decode at a few hundred fps, gained 13-21 % from spreading.
 //!
 //! A paced stream (a camera, a `realtime` file) needs its pixel rate: width x height x frame rate.
 //! It goes to NVDEC while the device's NVDEC has room for it, else to the cores while they have room,
