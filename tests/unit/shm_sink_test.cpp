@@ -71,7 +71,7 @@ std::vector<std::byte> pattern(const OutputPlan& plan, int64_t index, size_t k) 
 }
 
 //! Writes frame `index` of `plans` with pattern() contents.
-void write_frame(ShmSink& sink, const std::vector<OutputPlan>& plans, int64_t index) {
+void write_frame(Sink& sink, const std::vector<OutputPlan>& plans, int64_t index) {
   std::vector<std::vector<std::byte>> data;
   std::vector<const std::byte*> ptrs;
   for (size_t k = 0; k < plans.size(); ++k) data.push_back(pattern(plans[k], index, k));
@@ -278,6 +278,82 @@ TEST(ShmSink, BadNamesAndSizesAreRefused) {
     EXPECT_TRUE(valid_shm_name(good)) << good;
   EXPECT_THROW(ShmSink(ring_name("zero"), 0, plans, "p"), ConfigError);
   EXPECT_THROW(ShmSink(ring_name("none"), 2, {}, "p"), ConfigError);
+}
+
+//! A ring whose "device" slots are host memory: RingSink's placement protocol (what cuda_ipc does
+//! with GPU memory) without a GPU. Outputs placed in a slot stay; others are copied in.
+class HostSlotRing final : public RingSink {
+ public:
+  HostSlotRing(const std::string& name, int32_t slots, std::vector<OutputPlan> plans)
+      : RingSink(name, slots, std::move(plans), "p", shm::RingMemory::Cuda, "pipeline 'p': sink test"),
+        memory_(size_t(slots) * header().device_slot_bytes) {
+    publish();
+  }
+  std::byte* device_slot(uint64_t c) override {
+    return memory_.data() + (c % header().slots) * header().device_slot_bytes;
+  }
+  int copies = 0;
+
+ private:
+  void put_tensors(uint64_t c, std::span<const std::byte* const> outputs) override {
+    for (size_t k = 0; k < outputs.size(); ++k) {
+      std::byte* const dst = device_slot(c) + header().output[k].offset;
+      if (outputs[k] == dst) continue;
+      std::memcpy(dst, outputs[k], header().output[k].bytes);
+      ++copies;
+    }
+  }
+  std::vector<std::byte> memory_;
+};
+
+TEST(RingSinks, FramesPlacedInTheirSlotsArePublishedInOrderWithoutACopy) {
+  const auto plans = make_plans();
+  const std::string name = ring_name("placed");
+  HostSlotRing sink(name, 3, plans);
+  const Mapping ring(name);
+  EXPECT_EQ(ring.header().memory, uint32_t(shm::RingMemory::Cuda));
+  EXPECT_EQ(ring.header().device_slot_bytes % shm::kDeviceAlign, 0u);
+  // Two frames in flight at a time, as the runner keeps them: placed, then made, then written.
+  std::vector<std::vector<std::byte*>> placed;
+  const auto make_and_write = [&](int64_t index) {
+    const auto& at = placed[size_t(index)];
+    for (size_t k = 0; k < plans.size(); ++k) {
+      const auto bytes = pattern(plans[k], index, k);
+      std::memcpy(at[k], bytes.data(), bytes.size());   // the kernel's writes
+    }
+    EXPECT_EQ(ring.slot_header(uint64_t(index)).seq.load(), 2 * uint64_t(index) + 1) << "being written";
+    sink.write(index, std::vector<const std::byte*>(at.begin(), at.end()));
+    EXPECT_EQ(ring.slot_header(uint64_t(index)).seq.load(), 2 * uint64_t(index) + 2) << "published";
+    EXPECT_EQ(ring.header().published.load(), uint64_t(index) + 1);
+  };
+  for (int64_t i = 0; i < 8; ++i) {
+    if (i >= 2) make_and_write(i - 2);
+    const auto at = sink.place_outputs(i);
+    ASSERT_EQ(at.size(), plans.size());
+    placed.emplace_back(at.begin(), at.end());
+  }
+  make_and_write(6);
+  make_and_write(7);
+  EXPECT_EQ(sink.copies, 0) << "outputs made in place are not copied";
+  EXPECT_EQ(placed[0][0], placed[3][0]) << "frame 3 reuses frame 0's slot";
+  EXPECT_EQ(placed[1][1] - placed[1][0], ptrdiff_t(ring.header().output[1].offset));
+  // Outputs made elsewhere (a batch group's) are copied into the next slot.
+  write_frame(sink, plans, 8);
+  EXPECT_EQ(sink.copies, int(plans.size()));
+  EXPECT_EQ(ring.header().published.load(), 9u);
+  EXPECT_EQ(ring.slot_header(8).frame_index.load(), 8);
+  const auto want = pattern(plans[0], 8, 0);
+  EXPECT_EQ(std::memcmp(sink.device_slot(8) + ring.header().output[0].offset, want.data(), want.size()), 0);
+  // More frames placed than the ring has slots would share a slot: refused.
+  for (int64_t i = 9; i < 12; ++i) sink.place_outputs(i);
+  EXPECT_THROW(sink.place_outputs(12), SinkError);
+}
+
+TEST(RingSinks, AHostRingPlacesNothing) {
+  const auto plans = make_plans();
+  ShmSink sink(ring_name("unplaced"), 2, plans, "p");
+  EXPECT_TRUE(sink.place_outputs(0).empty());
+  write_frame(sink, plans, 0);   // the frame's write takes its slot as before
 }
 
 TEST(RingSinks, ACudaIpcRingNeedsACudaDevice) {
