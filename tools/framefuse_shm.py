@@ -68,7 +68,10 @@ class _DeviceRing:
     """A cuda_ipc ring's GPU memory, opened in this process with CUDA IPC (CuPy)."""
 
     def __init__(self, handle, pci_bus_id, nbytes):
-        import cupy   # only device rings need it
+        try:
+            import cupy   # only device rings need it
+        except ImportError as e:
+            raise ImportError("a cuda_ipc ring's tensors are in GPU memory: reading them needs CuPy") from e
         self._cupy = cupy
         runtime = cupy.cuda.runtime
         ids = [i for i in range(runtime.getDeviceCount()) if runtime.deviceGetPCIBusId(i).lower() == pci_bus_id.lower()]
