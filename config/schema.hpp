@@ -31,8 +31,8 @@ struct HttpConfig {
 //! H.264 frames per second; `decoder: auto` streams of CUDA pipelines are spread over both.
 struct DecodeConfig {
   //! Per GPU. Serves live streams (an H200's NVDEC held 512 1080p30 streams, 15,360 fps) and the
-  //! split of unpaced files (each NVDEC session decodes a few hundred fps): 7,680 gave the best
-  //! measured file split and keeps 256 live streams on NVDEC (tests/bench/RESULTS.md, session 13).
+  //! split of unpaced files (each NVDEC session decodes a few hundred fps): 7,680 spread 8 files
+  //! 7 + 1 (1.15x NVDEC alone) and keeps 256 live streams on NVDEC (tests/bench/RESULTS.md, session 13).
   double nvdec_fps = 7680;
   double cpu_fps = 0;        //!< the host's cores; 0 = auto (decode_capacity(): 100 per hardware thread)
   bool operator==(const DecodeConfig&) const = default;
