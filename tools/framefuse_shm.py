@@ -5,6 +5,8 @@
     for frame in ring.frames():             # new frames as they come; ends when the pipeline stops
         x = frame.outputs["classifier"]     # numpy array with the output's shape and dtype (a copy)
 
+Opening a name whose writer is still making the ring raises NotReady (a ValueError): open it again.
+
 A cuda_ipc ring keeps the tensors in GPU memory: its outputs are CuPy arrays on the ring's GPU
 (opened with CUDA IPC; `torch.from_dlpack(x)` makes a PyTorch tensor of one without a copy).
 `frames(copy=False)` hands out views of the ring's slots instead of copies (no copy at all, also for
@@ -98,20 +100,33 @@ class _DeviceRing:
             self._ptr = 0
 
 
+class NotReady(ValueError):
+    """The name exists, but its writer has not finished making the ring yet: open it again shortly."""
+
+
 class ShmRing:
-    """A read-only mapping of /dev/shm/<name>."""
+    """A read-only mapping of /dev/shm/<name>. Raises FileNotFoundError when there is no such ring yet,
+    NotReady while its writer is still making it, ValueError for an object that is not a ring this
+    reader knows."""
 
     def __init__(self, name, directory="/dev/shm"):
         self.path = os.path.join(directory, name)
         fd = os.open(self.path, os.O_RDONLY)
         try:
-            self.inode = os.fstat(fd).st_ino
+            st = os.fstat(fd)
+            self.inode = st.st_ino
+            if st.st_size < _DEVICE_AT + _DEVICE.size:   # created, not yet sized
+                raise NotReady(f"{self.path}: the ring is being made")
             self._map = mmap.mmap(fd, 0, mmap.MAP_SHARED, mmap.PROT_READ)
         finally:
             os.close(fd)
         magic, version, self.header_bytes, self.slots, count, self.slot_bytes, self.writer_pid = \
             _HEADER.unpack_from(self._map, 0)
+        if magic == bytes(len(MAGIC)):   # the magic is written last
+            self._map.close()
+            raise NotReady(f"{self.path}: the ring is being made")
         if magic != MAGIC:
+            self._map.close()
             raise ValueError(f"{self.path}: not a framefuse ring (magic {magic!r})")
         if version != VERSION:
             raise ValueError(f"{self.path}: ring version {version}, this reader knows {VERSION}")

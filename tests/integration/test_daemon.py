@@ -16,11 +16,30 @@ import numpy as np
 
 FRAMEFUSED = os.environ.get("FRAMEFUSED", "build/daemon/framefused")
 sys.path.insert(0, str(Path(os.environ.get("FRAMEFUSE_SOURCE_DIR", ".")) / "tools"))
-from framefuse_shm import ShmRing  # noqa: E402  (tools/ is not a package)
+from framefuse_shm import NotReady, ShmRing  # noqa: E402  (tools/ is not a package)
 
 
 def run(*args, timeout=120, **kw):
     return subprocess.run([FRAMEFUSED, *args], capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def open_ring(name, proc, timeout_s=20):
+    """The ring framefused `proc` writes as /dev/shm/<name>, once published: the name exists a moment
+    before the object is sized and its header written, and may still name a ring of an earlier writer."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            ring = ShmRing(name)
+            if ring.writer_pid == proc.pid:
+                return ring
+            ring.close()
+        except (FileNotFoundError, ValueError):   # not there, not sized or not published yet
+            pass
+        if proc.poll() is not None:
+            raise AssertionError(f"framefused exited ({proc.returncode}) before publishing ring '{name}'")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no ring '{name}' of framefused {proc.pid} within {timeout_s} s")
+        time.sleep(0.005)
 
 
 def make_clip(path, size="320x240", frames=20, rate=30):
@@ -185,11 +204,7 @@ class DaemonTest(unittest.TestCase):
         proc = subprocess.Popen([FRAMEFUSED, "run", "--config", str(cfg), "--device", "cpu"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            deadline = time.monotonic() + 20
-            while not os.path.exists(f"/dev/shm/{ring_name}") and time.monotonic() < deadline:
-                self.assertIsNone(proc.poll(), "framefused exited before making its ring")
-                time.sleep(0.005)
-            with ShmRing(ring_name) as ring:
+            with open_ring(ring_name, proc) as ring:
                 self.assertEqual(ring.pipeline, "ring")
                 self.assertEqual(ring.slots, 32)
                 self.assertEqual([(o.name, o.dtype, o.shape) for o in ring.outputs],
@@ -231,6 +246,27 @@ class DaemonTest(unittest.TestCase):
                 self.assertEqual(list(o["roi"]), r["outputs"][name]["roi"], name)
         self.assertNotEqual(frames[-1].control["outputs"]["cls"]["gain"], 1.0, "auto_gain moved the gain")
 
+    def test_ring_reader_tells_a_ring_being_made_from_a_foreign_object(self):
+        """The name of a ring exists a moment before the ring is sized and published: the reader says so
+        (NotReady), and refuses objects that are not rings."""
+        name = f"framefuse-it-notready-{os.getpid()}"
+        path = f"/dev/shm/{name}"
+        try:
+            for content in (b"", bytes(8192)):   # created; sized, its magic not yet written
+                with open(path, "wb") as f:
+                    f.write(content)
+                with self.assertRaises(NotReady):
+                    ShmRing(name)
+            with open(path, "wb") as f:
+                f.write(b"NOTARING" + bytes(8184))
+            with self.assertRaisesRegex(ValueError, "not a framefuse ring") as e:
+                ShmRing(name)
+            self.assertNotIsInstance(e.exception, NotReady)
+        finally:
+            os.unlink(path)
+        with self.assertRaises(FileNotFoundError):
+            ShmRing(name)
+
     def test_shm_readers_see_a_killed_writer_and_its_successor(self):
         """A framefused killed with SIGKILL never closes its ring: readers end on the writer's death, and
         the next framefused replaces the stale ring, which readers of the old one can tell."""
@@ -247,18 +283,11 @@ class DaemonTest(unittest.TestCase):
         def start():
             proc = subprocess.Popen([FRAMEFUSED, "run", "--config", str(cfg), "--device", "cpu"],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline:
-                try:
-                    ring = ShmRing(ring_name)
-                    if ring.writer_pid == proc.pid:
-                        return proc, ring
-                    ring.close()
-                except (FileNotFoundError, ValueError):
-                    pass
-                time.sleep(0.01)
-            proc.kill()
-            self.fail("no ring of the new framefused")
+            try:
+                return proc, open_ring(ring_name, proc)
+            except AssertionError:
+                proc.kill()
+                raise
 
         first, ring = start()
         try:
