@@ -287,7 +287,7 @@ uint64_t decode_only(const BenchOptions& o, const DeviceSpec& device, PhaseResul
           VideoSource source(spec.source, spec.name, decode);
           source.open();
           while (source.read()) ++frames[i];
-          used[i] = source.decoder() == DecoderKind::Nvdec ? "nvdec" : "cpu";
+          used[i] = decoder_name(source.decoder());
         } catch (...) {
           errors[i] = std::current_exception();
         }

@@ -18,6 +18,10 @@ namespace framefuse {
 enum class SourceKind : uint8_t { File, Rtsp };
 enum class RtspTransport : uint8_t { Tcp, Udp };
 enum class DecoderKind : uint8_t { Auto, Nvdec, Cpu };
+//! "auto", "nvdec", "cpu": the config's names, as metrics and reports show them.
+constexpr const char* decoder_name(DecoderKind k) {
+  return k == DecoderKind::Nvdec ? "nvdec" : (k == DecoderKind::Cpu ? "cpu" : "auto");
+}
 
 struct SourceSpec {
   SourceKind kind = SourceKind::File;

@@ -161,7 +161,7 @@ void PipelineRunner::start() {
       try {
         stats_.set_state(SourceState::Connecting);
         source.open();
-        stats_.set_decoder(source.decoder() == DecoderKind::Nvdec ? "nvdec" : "cpu");
+        stats_.set_decoder(decoder_name(source.decoder()));
         if (balancer_ && spec_.decoder == DecoderKind::Auto && device_.kind == DeviceKind::Cuda) {
           const DecodeBalancer::Load nv = balancer_->nvdec(device_.index), cpu = balancer_->cpu();
           spdlog::info("pipeline '{}': hybrid decode: {} (NVDEC of {}: {:.0f} % paced, {} unpaced; cores: {:.0f} % "

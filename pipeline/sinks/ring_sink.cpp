@@ -115,6 +115,8 @@ RingSink::RingSink(const std::string& name, int32_t slots, std::vector<OutputPla
   h->memory = uint32_t(memory);
   if (!host) h->device_slot_bytes = offset;
   for (int32_t i = 0; i < slots; ++i) new (slot(uint64_t(i))) shm::ShmSlot{};
+  placed_frames_.resize(size_t(slots));
+  placed_outs_.reserve(plans_.size());
 }
 
 void RingSink::publish() {
@@ -142,12 +144,13 @@ uint64_t RingSink::begin_frame() {
 }
 
 std::span<std::byte* const> RingSink::place_outputs(int64_t frame_index) {
-  if (!device_slot(0)) return {};
-  if (placed_.size() >= header().slots)
-    throw SinkError(fmt::format("{}: {} frames in flight, more than the ring's {} slots", where_, placed_.size() + 1,
+  if (header().memory != uint32_t(shm::RingMemory::Cuda)) return {};
+  if (placed_ >= header().slots)
+    throw SinkError(fmt::format("{}: {} frames in flight, more than the ring's {} slots", where_, placed_ + 1,
                                 header().slots));
   const uint64_t c = begin_frame();
-  placed_.emplace_back(frame_index, c);
+  if (placed_++ == 0) placed_first_ = c;
+  placed_frames_[c % header().slots] = frame_index;
   placed_outs_.clear();
   for (size_t k = 0; k < plans_.size(); ++k) placed_outs_.push_back(device_slot(c) + header().output[k].offset);
   return placed_outs_;
@@ -155,9 +158,9 @@ std::span<std::byte* const> RingSink::place_outputs(int64_t frame_index) {
 
 void RingSink::write(int64_t frame_index, std::span<const std::byte* const> outputs) {
   uint64_t c = 0;
-  if (!placed_.empty() && placed_.front().first == frame_index) {
-    c = placed_.front().second;
-    placed_.pop_front();
+  if (placed_ > 0 && placed_frames_[placed_first_ % header().slots] == frame_index) {
+    c = placed_first_++;
+    --placed_;
   } else {
     c = begin_frame();
   }

@@ -5,7 +5,6 @@
 //! more than `slots` frames behind lose the oldest ones.
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <optional>
 #include <span>
 #include <string>
@@ -26,7 +25,7 @@ class RingSink : public Sink {
   RingSink& operator=(const RingSink&) = delete;
 
   //! A frame placed here is written in place: its slot is taken now (readers see it as being
-  //! written until its write()). Empty for rings without device slots (device_slot()). Throws
+  //! written until its write()). Empty for host rings (shm::RingMemory::Host). Throws
   //! SinkError when more frames are placed and not yet written than the ring has slots.
   std::span<std::byte* const> place_outputs(int64_t frame_index) final;
   void write(int64_t frame_index, std::span<const std::byte* const> outputs) final;
@@ -52,7 +51,7 @@ class RingSink : public Sink {
   //! says where in the slot (an output already there, placed by place_outputs(), stays). Complete
   //! when it returns. Throws SinkError.
   virtual void put_tensors(uint64_t c, std::span<const std::byte* const> outputs) = 0;
-  //! Slot c % slots in device memory, where outputs can be placed; null for host rings.
+  //! Slot c % slots in device memory, where outputs are placed: rings of memory Cuda override it.
   virtual std::byte* device_slot(uint64_t /*c*/) { return nullptr; }
 
   shm::ShmHeader& header() { return *reinterpret_cast<shm::ShmHeader*>(base_); }
@@ -72,8 +71,12 @@ class RingSink : public Sink {
   uint64_t inode_ = 0;     //!< of the object created: the name is ours while it names this inode
   uint64_t written_ = 0;   //!< frames written or placed: the next one's c
   std::optional<std::pair<int64_t, control::ControlRecord>> control_;   //!< a record and its frame, until written
-  std::deque<std::pair<int64_t, uint64_t>> placed_;   //!< frames placed and not yet written, and their c
-  std::vector<std::byte*> placed_outs_;                //!< the last place_outputs()' addresses
+  // Frames placed and not yet written: c placed_first_ .. placed_first_ + placed_ - 1, frame
+  // placed_frames_[c % slots] each (sized at construction: nothing allocates per frame).
+  uint64_t placed_first_ = 0;
+  uint32_t placed_ = 0;
+  std::vector<int64_t> placed_frames_;
+  std::vector<std::byte*> placed_outs_;   //!< the last place_outputs()' addresses
 };
 
 //! Whether `name` can name a ring: 1-200 of letters, digits, '.', '_', '-', not starting with '.'.
