@@ -84,13 +84,15 @@ class _DeviceRing:
             self._ptr = runtime.ipcOpenMemHandle(handle)
         self._memory = cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(self._ptr, nbytes, self, self.device_id), 0)
 
-    def array(self, offset, dtype, shape, copy):
-        view = self._cupy.ndarray(shape, dtype, self._memory + offset)
-        if not copy:
-            return view
+    def view(self, offset, dtype, shape):
+        return self._cupy.ndarray(shape, dtype, self._memory + offset)
+
+    def copies(self, views):
+        """`views` (name -> view) copied, the copies complete (one wait for all) before the slot is
+        checked again."""
         with self._cupy.cuda.Device(self.device_id):
-            out = view.copy()
-            self._cupy.cuda.get_current_stream().synchronize()   # copied before the slot is checked again
+            out = {k: v.copy() for k, v in views.items()}
+            self._cupy.cuda.get_current_stream().synchronize()
         return out
 
     def close(self):
@@ -185,11 +187,10 @@ class ShmRing:
     def _seq(self, counter):
         return _U64.unpack_from(self._map, self.header_bytes + (counter % self.slots) * self.slot_bytes)[0]
 
-    def _tensor(self, base, slot, o, copy):
+    def _view(self, base, slot, o):
         if self._device:
-            return self._device.array(slot * self.device_slot_bytes + o.offset, o.dtype, o.shape, copy)
-        view = np.frombuffer(self._map, o.dtype, o.nbytes // o.dtype.itemsize, base + o.offset).reshape(o.shape)
-        return view.copy() if copy else view
+            return self._device.view(slot * self.device_slot_bytes + o.offset, o.dtype, o.shape)
+        return np.frombuffer(self._map, o.dtype, o.nbytes // o.dtype.itemsize, base + o.offset).reshape(o.shape)
 
     def read(self, counter, copy=True):
         """Frame `counter`, or None when its slot holds another frame by now. copy: its tensors copied
@@ -201,7 +202,9 @@ class ShmRing:
         if self._seq(counter) != want:
             return None
         frame_index = _I64.unpack_from(self._map, base + 8)[0]
-        outputs = {o.name: self._tensor(base, slot, o, copy) for o in self.outputs}
+        outputs = {o.name: self._view(base, slot, o) for o in self.outputs}
+        if copy:
+            outputs = self._device.copies(outputs) if self._device else {k: v.copy() for k, v in outputs.items()}
         control = self._control(base)
         if self._seq(counter) != want:
             return None
