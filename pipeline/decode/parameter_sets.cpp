@@ -97,8 +97,47 @@ std::span<const uint8_t> find_sps(SpsCodec codec, std::span<const uint8_t> d) {
 
 namespace {
 
-//! H.264 7.3.2.1.1 up to max_num_ref_frames.
-int h264_ref_frames(BitReader& r) {
+//! H.264 E.1.2 hrd_parameters(), skipped.
+void skip_h264_hrd(BitReader& r) {
+  const uint32_t cpb_count = r.ue() + 1;
+  if (cpb_count > 32) throw Truncated{};
+  r.skip(8);   // bit_rate_scale, cpb_size_scale
+  for (uint32_t i = 0; i < cpb_count; ++i) {
+    r.ue();       // bit_rate_value_minus1
+    r.ue();       // cpb_size_value_minus1
+    r.skip(1);    // cbr_flag
+  }
+  r.skip(20);   // four delay and offset lengths, 5 bits each
+}
+
+//! H.264 E.1.1 up to max_dec_frame_buffering; -1 when the VUI has no bitstream restriction.
+int h264_vui_dpb_frames(BitReader& r) {
+  if (r.flag() && r.bits(8) == 255) r.skip(32);   // aspect_ratio_idc; Extended_SAR: sar_width, sar_height
+  if (r.flag()) r.skip(1);                         // overscan_appropriate_flag
+  if (r.flag()) {                                  // video_signal_type_present_flag
+    r.skip(4);                                     // video_format, video_full_range_flag
+    if (r.flag()) r.skip(24);                      // colour primaries, transfer, matrix
+  }
+  if (r.flag()) {   // chroma_loc_info_present_flag
+    r.ue();
+    r.ue();
+  }
+  if (r.flag()) r.skip(65);   // timing_info: num_units_in_tick, time_scale, fixed_frame_rate_flag
+  const bool nal_hrd = r.flag();
+  if (nal_hrd) skip_h264_hrd(r);
+  const bool vcl_hrd = r.flag();
+  if (vcl_hrd) skip_h264_hrd(r);
+  if (nal_hrd || vcl_hrd) r.skip(1);   // low_delay_hrd_flag
+  r.skip(1);                           // pic_struct_present_flag
+  if (!r.flag()) return -1;            // bitstream_restriction_flag
+  r.skip(1);                           // motion_vectors_over_pic_boundaries_flag
+  for (int i = 0; i < 5; ++i) r.ue();  // max bytes per picture, bits per macroblock, mv lengths, reorder frames
+  return static_cast<int>(r.ue());     // max_dec_frame_buffering
+}
+
+//! H.264 7.3.2.1.1: max_dec_frame_buffering from the VUI when it is there (the whole DPB), else
+//! max_num_ref_frames (reordered frames on top).
+DpbSize h264_dpb(BitReader& r) {
   const uint32_t profile = r.bits(8);
   r.skip(16);   // constraint flags, level_idc
   r.ue();       // seq_parameter_set_id
@@ -133,7 +172,19 @@ int h264_ref_frames(BitReader& r) {
     if (cycle > 255) throw Truncated{};
     for (uint32_t i = 0; i < cycle; ++i) r.se();
   }
-  return static_cast<int>(r.ue());   // max_num_ref_frames
+  const int ref_frames = static_cast<int>(r.ue());   // max_num_ref_frames
+  if (ref_frames > 16) return {};
+  r.skip(1);   // gaps_in_frame_num_value_allowed_flag
+  r.ue();      // pic_width_in_mbs_minus1
+  r.ue();      // pic_height_in_map_units_minus1
+  if (!r.flag()) r.skip(1);   // frame_mbs_only_flag, mb_adaptive_frame_field_flag
+  r.skip(1);                  // direct_8x8_inference_flag
+  if (r.flag())               // frame_cropping_flag: four offsets
+    for (int i = 0; i < 4; ++i) r.ue();
+  const int dpb = r.flag() ? h264_vui_dpb_frames(r) : -1;   // vui_parameters_present_flag
+  // E.2.1: max_dec_frame_buffering >= max_num_ref_frames; a stream that says less is not trusted.
+  if (dpb >= ref_frames && dpb <= 16) return {dpb, true};
+  return {ref_frames, false};
 }
 
 //! HEVC 7.3.2.2.1 up to the highest sub-layer's sps_max_dec_pic_buffering_minus1, plus one.
@@ -175,15 +226,15 @@ int hevc_dpb_frames(BitReader& r) {
 
 }  // namespace
 
-int dpb_frames(SpsCodec codec, std::span<const uint8_t> sps) {
+DpbSize dpb_size(SpsCodec codec, std::span<const uint8_t> sps) {
   const size_t header = codec == SpsCodec::H264 ? 1 : 2;
-  if (sps.size() <= header) return -1;
+  if (sps.size() <= header) return {};
   try {
     BitReader r(rbsp(sps, header));
-    const int frames = codec == SpsCodec::H264 ? h264_ref_frames(r) : hevc_dpb_frames(r);
-    return frames >= 0 && frames <= 16 ? frames : -1;   // both standards' limit
+    const DpbSize dpb = codec == SpsCodec::H264 ? h264_dpb(r) : DpbSize{hevc_dpb_frames(r), true};
+    return dpb.frames >= 0 && dpb.frames <= 16 ? dpb : DpbSize{};   // both standards' limit
   } catch (const Truncated&) {
-    return -1;
+    return {};
   }
 }
 

@@ -70,17 +70,17 @@ std::span<const uint8_t> extradata(const AVCodecParameters& par) {
 
 //! NVDEC decode surfaces for the stream (FFmpeg's cuvid `surfaces`): the frames its decoded picture
 //! buffer holds, from the SPS in force (`sps`, a NAL unit; empty: the extradata's) (parameter_sets.
-//! hpp; for H.264 plus the frames it reorders), the one being decoded and one to spare, as FFmpeg's
-//! own NVDEC hwaccel sizes them. 0 when the stream does not tell (FFmpeg's default, 25). Too few
-//! surfaces would corrupt frames silently, so no guess goes lower.
+//! hpp; plus the frames FFmpeg sees it reorder when the SPS leaves them out), the one being decoded
+//! and one to spare. 0 when the stream does not tell (FFmpeg's default, 25). Too few surfaces would
+//! corrupt frames silently, so no guess goes lower.
 int nvdec_surfaces(const AVCodecParameters& par, std::span<const uint8_t> sps) {
   const std::optional<SpsCodec> codec = sps_codec(par);
   if (!codec) return 0;
-  const bool h264 = *codec == SpsCodec::H264;
-  const int dpb = dpb_frames(*codec, sps.empty() ? find_sps(*codec, extradata(par)) : sps);
-  if (dpb < 0) return 0;
+  const DpbSize dpb = dpb_size(*codec, sps.empty() ? find_sps(*codec, extradata(par)) : sps);
+  if (dpb.frames < 0) return 0;
   constexpr int kNvdecMaxSurfaces = 32;   // CUVIDDECODECREATEINFO::ulNumDecodeSurfaces
-  return std::min(dpb + (h264 ? std::max(par.video_delay, 0) : 0) + 2, kNvdecMaxSurfaces);
+  const int reordered = dpb.reordering_included ? 0 : std::max(par.video_delay, 0);
+  return std::min(dpb.frames + reordered + 2, kNvdecMaxSurfaces);
 }
 
 //! Deep 4:2:0 YUV keeps its colour path in the ops as P010; everything else becomes RGB24.

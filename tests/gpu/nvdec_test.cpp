@@ -278,8 +278,9 @@ TEST_F(Nvdec, HeldFramesNeverRunTheDecoderOutOfSurfaces) {
   EXPECT_EQ(read, kRead);
   EXPECT_EQ(source.decode_errors(), 0u);
   EXPECT_EQ(source.decoder(), DecoderKind::Nvdec);
-  // The clip's SPS: max_num_ref_frames 4, 2 frames reordered; + the one being decoded + 1 spare.
-  EXPECT_EQ(source.decode_surfaces(), 8);
+  // The clip's SPS: max_dec_frame_buffering 4 (its 4 references, reordering included); + the one being
+  // decoded + 1 spare. (Every frame above equals software decoding with these 6.)
+  EXPECT_EQ(source.decode_surfaces(), 6);
 }
 
 TEST_F(Nvdec, CameraStyleStreamDecodesExactlyWithItsFewSurfaces) {
