@@ -341,10 +341,14 @@ std::vector<PipelineSnapshot> App::pipelines() {
 }
 
 std::optional<DecodedFrame> App::latest_frame(const std::string& pipeline) {
-  std::lock_guard lock(mu_);
-  const auto it = runners_.find(pipeline);
-  if (it == runners_.end()) return std::nullopt;
-  return it->second->latest_frame();
+  std::shared_ptr<PreviewFrame> preview;
+  {
+    std::lock_guard lock(mu_);
+    const auto it = runners_.find(pipeline);
+    if (it == runners_.end()) return std::nullopt;
+    preview = it->second->preview();
+  }
+  return preview->want(kPreviewKeep, kPreviewWait);   // outside mu_: a reload need not wait for it
 }
 
 std::optional<PipelineSpec> App::pipeline_spec(const std::string& pipeline) {

@@ -137,7 +137,7 @@ HttpResponse Router::preview(const std::string& pipeline, bool boxes, const std:
   if (!jpeg_encoder_available()) return text(501, "previews unavailable: this FFmpeg has no mjpeg encoder\n");
   const auto frame = source_.latest_frame(pipeline);
   if (!frame) {
-    HttpResponse r = text(503, fmt::format("pipeline '{}' has not decoded a frame yet\n", pipeline));
+    HttpResponse r = text(503, fmt::format("pipeline '{}' decoded no frame within {} ms\n", pipeline, kPreviewWait.count()));
     r.headers.emplace_back("Retry-After", "1");
     return r;
   }

@@ -1,6 +1,7 @@
 #pragma once
 //! What the HTTP layer asks the daemon: a read-only view of its state. Implemented by the daemon's
 //! App; every method is called from HTTP threads concurrently with the daemon's own work.
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -48,13 +49,20 @@ inline uint64_t nvdec_sessions(std::span<const PipelineSnapshot> pipelines) {
   return n;
 }
 
+//! How long latest_frame() waits for a frame when its pipeline keeps none, and how long after a
+//! preview its pipeline keeps frames (the page at / asks every 2 s).
+constexpr std::chrono::milliseconds kPreviewWait{1000};
+constexpr std::chrono::seconds kPreviewKeep{30};
+
 //! All methods are thread-safe.
 class StatusSource {
  public:
   virtual ~StatusSource() = default;
   virtual DaemonSnapshot daemon() = 0;
   virtual std::vector<PipelineSnapshot> pipelines() = 0;
-  //! nullopt: unknown pipeline or no frame decoded yet.
+  //! A current frame of the pipeline for a preview. Pipelines keep one only while previews are
+  //! asked for, so this may wait a moment for the next decoded frame (never on the I/O thread).
+  //! nullopt: unknown pipeline, or no frame (none decoded within kPreviewWait).
   virtual std::optional<DecodedFrame> latest_frame(const std::string& pipeline) = 0;
   //! The running spec of a pipeline (outputs for per-output previews); nullopt: unknown pipeline.
   virtual std::optional<PipelineSpec> pipeline_spec(const std::string& pipeline) = 0;

@@ -130,17 +130,24 @@ void CudaExecutor::setup(const FrameInfo& frame, const ops::ColorParams& color, 
     out_offsets_.push_back(out_total);
     out_total = cuda::align_up(out_total + p.bytes_per_frame * max_batch);
   }
+  out_total_ = out_total;
   ring_.clear();
   ring_.resize(size_t(options_.in_flight));
   oldest_ = 0;
+  // Every slot's outputs in one allocation: cudaMalloc rounds each to whole 2 MiB pages, so a slot
+  // of its own costs up to 2 MiB more (3 MB of outputs take 4 MiB).
+  const size_t slot_stride = cuda::align_up(std::max<size_t>(out_total, 1));
+  dev_outs_ = {};
+  dev_outs_ = cuda::alloc_device(slot_stride * ring_.size());
   const size_t jobs = size_t(ops::plane_count(frame.format)) * size_t(max_batch);
-  for (Slot& slot : ring_) {
+  for (size_t i = 0; i < ring_.size(); ++i) {
+    Slot& slot = ring_[i];
     slot.begun = make_slot_event(true);
     slot.times_input = make_slot_event(true);
     slot.ready = make_slot_event(options_.record_times);
     slot.dev_in = {};   // on the first upload: pipelines decoding with NVDEC never need it
-    slot.dev_out = cuda::alloc_device(std::max<size_t>(out_total, 1));
-    slot.host_out = options_.host_outputs ? cuda::alloc_pinned(slot.dev_out.size()) : cuda::PinnedBuffer{};
+    slot.dev_out = dev_outs_.as() + i * slot_stride;
+    slot.host_out = options_.host_outputs ? cuda::alloc_pinned(slot_stride) : cuda::PinnedBuffer{};
     slot.uploads = cuda::alloc_pinned(sizeof(UploadJob) * jobs);
     std::memset(slot.uploads.as(), 0, slot.uploads.size());
     slot.frames.assign(size_t(max_batch), FrameSlot{});
@@ -158,8 +165,8 @@ void CudaExecutor::setup_fused() {
     slot.outs.clear();
     slot.done_outs.clear();
     for (const size_t offset : out_offsets_) {
-      slot.outs.push_back(slot.dev_out.as() + offset);
-      slot.done_outs.push_back((options_.host_outputs ? slot.host_out.as() : slot.dev_out.as()) + offset);
+      slot.outs.push_back(slot.dev_out + offset);
+      slot.done_outs.push_back((options_.host_outputs ? slot.host_out.as() : slot.dev_out) + offset);
     }
   }
   capture_graphs();
@@ -333,8 +340,8 @@ void CudaExecutor::enqueue_iteration(const Slot& slot, int frames, bool upload, 
   if (options_.host_outputs) {
     const bool whole = frames == max_batch_;
     for (size_t k = 0; k < (whole ? 1 : out_offsets_.size()); ++k)
-      cuda::check(cudaMemcpyAsync(slot.host_out.as() + out_offsets_[k], slot.dev_out.as() + out_offsets_[k],
-                                  whole ? slot.dev_out.size() : out_bytes_[k] * size_t(frames),
+      cuda::check(cudaMemcpyAsync(slot.host_out.as() + out_offsets_[k], slot.dev_out + out_offsets_[k],
+                                  whole ? out_total_ : out_bytes_[k] * size_t(frames),
                                   cudaMemcpyDeviceToHost, stream),
                   "download outputs");
   }

@@ -122,7 +122,7 @@ class CudaExecutor final : public Executor {
     //! bench's "submit path" lines, tests/bench/RESULTS.md).
     cuda::Event ready;
     cuda::DeviceBuffer dev_in;
-    cuda::DeviceBuffer dev_out;                     //!< the outputs, written by the kernels
+    std::byte* dev_out = nullptr;                   //!< the outputs, written by the kernels (in dev_outs_)
     cuda::PinnedBuffer host_out;                    //!< the same layout, downloaded from dev_out (host_outputs only)
     cuda::PinnedBuffer uploads;                     //!< UploadJob per plane of the batch
     FusedPreprocess fused;
@@ -162,6 +162,8 @@ class CudaExecutor final : public Executor {
   std::array<size_t, 3> plane_offsets_{};   //!< plane i of a frame starts here
   std::vector<size_t> out_bytes_;           //!< per output, per frame
   std::vector<size_t> out_offsets_;         //!< per output: its [max_batch, ...] region in dev_out and host_out
+  size_t out_total_ = 0;                    //!< one slot's outputs, bytes (the regions, aligned)
+  cuda::DeviceBuffer dev_outs_;             //!< every slot's dev_out, one after another
   int upload_blocks_ = 1;                   //!< launch_upload's blocks per job for this frame shape
   //! The iterations, in submission order. One stream per slot (iteration n + 1's upload beside
   //! iteration n's kernel) measured slower on the H200: both move their bytes over PCIe (the upload

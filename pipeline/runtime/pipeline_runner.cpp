@@ -73,11 +73,6 @@ PipelineRunner::~PipelineRunner() {
   if (share_) share_->leave();
 }
 
-std::optional<DecodedFrame> PipelineRunner::latest_frame() const {
-  std::lock_guard lock(latest_mu_);
-  return latest_;
-}
-
 void PipelineRunner::request_stop() {
   {
     std::lock_guard lock(impl_->stop_mu);
@@ -193,10 +188,7 @@ void PipelineRunner::start() {
           stats_.frames_decoded.fetch_add(1, std::memory_order_relaxed);
           stats_.decode_errors.store(earlier_errors + source.decode_errors(), std::memory_order_relaxed);
           stats_.last_frame_ns.store(steady_ns(frame->decoded_at), std::memory_order_relaxed);
-          {
-            std::lock_guard lock(latest_mu_);
-            latest_ = *frame;
-          }
+          preview_->offer(*frame, frame->decoded_at);
           if (live) {
             if (impl_->queue.push_drop_oldest(std::move(*frame))) stats_.drop(DropReason::QueueFull);
           } else if (!impl_->queue.push_wait(std::move(*frame))) {
@@ -246,6 +238,7 @@ void PipelineRunner::start() {
       impl_->decoding = false;
     }
     impl_->stop_cv.notify_all();
+    preview_->end();
     impl_->queue.close();
   });
 
@@ -348,7 +341,7 @@ void PipelineRunner::start() {
         in_flight.push_back({frame->index, frame->decoded_at, call});
       }
       // Final counts: the decode thread has ended (it closes the queue last) and nothing is in
-      // flight, so the only slot still leased is the preview frame's (latest_frame()).
+      // flight, so the only slot still leased is a frame kept for previews, if they were wanted.
       stats_.queue_depth.store(0, std::memory_order_relaxed);
       stats_.pool_in_use.store(decode_pool->in_use(), std::memory_order_relaxed);
       if (sink) sink->flush();

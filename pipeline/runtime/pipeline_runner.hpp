@@ -6,8 +6,6 @@
 //! pipeline (state Failed), never in others.
 #include <atomic>
 #include <memory>
-#include <mutex>
-#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -17,6 +15,7 @@
 #include "pipeline/memory/frame_pool.hpp"
 #include "pipeline/runtime/batch_group.hpp"
 #include "pipeline/runtime/pipeline_stats.hpp"
+#include "pipeline/runtime/preview_frame.hpp"
 #include "pipeline/spec.hpp"
 
 namespace framefuse {
@@ -49,8 +48,9 @@ class PipelineRunner {
   const PipelineSpec& spec() const { return spec_; }
   const DeviceSpec& device() const { return device_; }
   PipelineStats& stats() { return stats_; }
-  //! The most recent decoded frame (kept alive by the returned copy), for previews.
-  std::optional<DecodedFrame> latest_frame() const;
+  //! The frame kept for previews, while they are wanted (runtime/preview_frame.hpp); shared, so a
+  //! preview may wait on it without holding whatever owns the runner.
+  std::shared_ptr<PreviewFrame> preview() const { return preview_; }
 
  private:
   struct Impl;
@@ -71,8 +71,7 @@ class PipelineRunner {
   DecoderShare* share_;   //!< the share its software-decoded file joined, else null
   DecodeBalancer* balancer_;
   std::atomic<bool> done_{false};
-  mutable std::mutex latest_mu_;
-  std::optional<DecodedFrame> latest_;
+  std::shared_ptr<PreviewFrame> preview_ = std::make_shared<PreviewFrame>();
 };
 
 }  // namespace framefuse

@@ -78,7 +78,7 @@ class CudaIpcSinkTest(unittest.TestCase):
                                      [("cls", np.float32, (3, 224, 224)), ("det", np.float16, (3, 320, 320)),
                                       ("thumb", np.uint8, (90, 160, 3))])
                     self.assertTrue(all(o.offset % 256 == 0 for o in ring.outputs))
-                    frames, views_ok, torch_checked = [], 0, torch is None
+                    frames, views_ok, copies_ok, torch_checked = [], 0, 0, torch is None
                     for f in ring.frames(start=0, timeout_s=30, copy=False):   # paced at 30 fps
                         # Views of the slot: used in place, then the slot checked, as a consumer does.
                         host = {k: cupy.asnumpy(v) for k, v in f.outputs.items()}
@@ -88,6 +88,16 @@ class CudaIpcSinkTest(unittest.TestCase):
                         if f.intact():
                             views_ok += 1
                             frames.append((f.frame_index, host))
+                        # The same frame read again as copies (read()'s default): device arrays of
+                        # their own, equal to the views.
+                        copied = ring.read(f.counter)
+                        if copied is not None and f.intact():
+                            copies_ok += 1
+                            for name, a in copied.outputs.items():
+                                self.assertIsInstance(a, cupy.ndarray, name)
+                                self.assertNotEqual(a.data.ptr, f.outputs[name].data.ptr, name)
+                                self.assertEqual(cupy.asnumpy(a).tobytes(), host[name].tobytes(),
+                                                 f"{name} frame {f.frame_index}: copy against view")
                     self.assertTrue(ring.closed(), "the pipeline's stop closes the ring")
                 _, stderr = proc.communicate(timeout=60)
             finally:
@@ -96,13 +106,15 @@ class CudaIpcSinkTest(unittest.TestCase):
             self.assertEqual(proc.returncode, 0, stderr)
             self.assertFalse(os.path.exists(f"/dev/shm/{ring_name}"), "the ring's name goes with the pipeline")
             self.assertEqual(views_ok, 90, "every frame of the 3 s clip read intact in place")
+            self.assertEqual(copies_ok, 90, "every frame of the 3 s clip copied out intact too")
             self.assertEqual([i for i, _ in frames], list(range(90)))
             for index, host in frames:
                 for name, a in host.items():
                     b = np.load(out / name / f"{index:08d}.npy")
                     self.assertEqual(a.dtype, b.dtype, name)
                     self.assertEqual(a.tobytes(), b.tobytes(), f"{name} frame {index}")
-            print(f"cuda_ipc: {len(frames)} frames read in place, equal to the npy pipeline's; "
+            print(f"cuda_ipc: {len(frames)} frames read in place and {copies_ok} as copies, equal to the npy "
+                  f"pipeline's; "
                   f"PyTorch view {'checked' if torch is not None else 'not checked (no torch)'}")
 
     @staticmethod

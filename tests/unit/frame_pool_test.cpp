@@ -531,6 +531,7 @@ TEST_F(FramePoolDecode, APipelinePublishesItsPoolAndDecoder) {
   spec.outputs = {out};
   spec.sink.kind = SinkKind::Null;
   PipelineRunner runner(spec, DeviceSpec{DeviceKind::Cpu, 0}, 1);
+  ASSERT_FALSE(runner.preview()->want(1h, 0s).has_value());   // previews wanted: a frame stays in the pool
   runner.start();
   const auto give_up = Clock::now() + 60s;
   while (!runner.done() && Clock::now() < give_up) std::this_thread::sleep_for(10ms);
@@ -543,7 +544,7 @@ TEST_F(FramePoolDecode, APipelinePublishesItsPoolAndDecoder) {
   EXPECT_EQ(s.decoder, "cpu");
   EXPECT_EQ(s.nvdec_fallbacks, 0u);
   EXPECT_EQ(s.dropped[size_t(DropReason::PoolExhausted)], 0u);
-  const auto preview = runner.latest_frame();
+  const auto preview = runner.preview()->want(0s, 0s);
   ASSERT_TRUE(preview.has_value());
   EXPECT_EQ(preview->memory, FrameMemory::Host);
 }

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -246,6 +247,7 @@ TEST_F(RuntimeRobustness, ExhaustedPoolOfALiveSourceDropsTheOldestFramesCounting
   p.queue_depth = 16;      // deeper than the pool can fill: every drop is the pool's
   p.pool_frames = kSlots;
   PipelineRunner runner(p, kCpu, 1);
+  ASSERT_FALSE(runner.preview()->want(1h, 0s).has_value());   // previews wanted from the start
   runner.start();
   finish(runner);
   const PipelineSnapshot s = runner.stats().snapshot();
@@ -257,7 +259,7 @@ TEST_F(RuntimeRobustness, ExhaustedPoolOfALiveSourceDropsTheOldestFramesCounting
   EXPECT_EQ(dropped(s, DropReason::DecodeError) + dropped(s, DropReason::ProcessError), 0u);
   EXPECT_EQ(s.frames_processed + total_dropped(s), s.frames_decoded) << "every frame is processed or counted";
   EXPECT_GT(s.frames_processed, uint64_t(0));
-  const auto last = runner.latest_frame();
+  const auto last = runner.preview()->want(0s, 0s);
   ASSERT_TRUE(last.has_value());
   EXPECT_EQ(last->index, kFrames - 1) << "the source was read to its end";
 }
@@ -316,10 +318,9 @@ TEST_P(RuntimeStop, JoinsPromptlyAccountsForEveryFrameAndReturnsEverySlot) {
     EXPECT_EQ(total_dropped(s), 0u);
   }
   EXPECT_EQ(s.queue_depth, 0);
-  // Only the preview frame (latest_frame(), kept for /preview) still holds a slot.
-  const auto preview = runner.latest_frame();
-  ASSERT_TRUE(preview.has_value());
-  EXPECT_EQ(s.pool_in_use, 1) << "slots still leased after join";
+  // No preview was wanted, so no frame was kept for one: every slot is back.
+  EXPECT_FALSE(runner.preview()->want(0s, 1h).has_value()) << "the source has ended: no wait";
+  EXPECT_EQ(s.pool_in_use, 0) << "slots still leased after join";
 }
 
 INSTANTIATE_TEST_SUITE_P(HeldUp, RuntimeStop,
@@ -368,6 +369,72 @@ TEST_F(RuntimeRobustness, SixteenPipelinesAtOnceEachWriteWhatOneAloneWrites) {
     EXPECT_TRUE(test::read_files(dir.path / fmt::format("p{}", i)) == reference[size_t(i) % sources.size()])
         << "outputs differ from the same pipeline run alone";
   }
+}
+
+
+// ---- the frame kept for previews ----
+
+//! A frame whose owner the test watches: use_count() - 1 is how many copies others hold.
+DecodedFrame watched_frame(int64_t index, const std::shared_ptr<int>& owner) {
+  DecodedFrame f;
+  f.index = index;
+  f.owner = owner;
+  return f;
+}
+
+TEST(PreviewFrame, NothingIsKeptWhileNoPreviewIsWanted) {
+  PreviewFrame preview;
+  const auto owner = std::make_shared<int>(0);
+  for (int i = 0; i < 8; ++i) preview.offer(watched_frame(i, owner), Clock::now());
+  EXPECT_EQ(owner.use_count(), 1) << "a frame nobody previews is not held";
+  EXPECT_FALSE(preview.want(0s, 0s).has_value());
+}
+
+TEST(PreviewFrame, AWantKeepsEachNewFrameUntilItsDeadlineThenLetsGo) {
+  PreviewFrame preview;
+  const auto t0 = Clock::now();
+  EXPECT_FALSE(preview.want(10s, 0s).has_value()) << "nothing decoded since: no frame yet";
+  const auto a = std::make_shared<int>(0), b = std::make_shared<int>(0), c = std::make_shared<int>(0);
+  preview.offer(watched_frame(1, a), t0 + 1s);
+  EXPECT_EQ(a.use_count(), 2);
+  preview.offer(watched_frame(2, b), t0 + 2s);
+  EXPECT_EQ(a.use_count(), 1) << "the newer frame replaces it";
+  EXPECT_EQ(b.use_count(), 2);
+  EXPECT_EQ(preview.want(1ms, 0s)->index, 2) << "a shorter want does not shorten the deadline";
+  preview.offer(watched_frame(3, c), t0 + 9s);
+  EXPECT_EQ(c.use_count(), 2) << "still wanted 9 s after a 10 s want";
+  preview.offer(watched_frame(4, c), t0 + 11s);
+  EXPECT_EQ(c.use_count(), 1) << "no longer wanted: the kept frame is released at the next frame";
+  EXPECT_EQ(b.use_count(), 1);
+}
+
+TEST(PreviewFrame, AWantWithNothingKeptWaitsForTheNextFrame) {
+  PreviewFrame preview;
+  const auto owner = std::make_shared<int>(0);
+  std::optional<DecodedFrame> got;
+  std::thread waiter([&] { got = preview.want(30s, 30s); });
+  // Offered until the waiter's want is in (a frame offered before it is not kept).
+  for (int64_t i = 0; i < 20000; ++i) {
+    preview.offer(watched_frame(i, owner), Clock::now());
+    std::this_thread::sleep_for(1ms);
+    if (owner.use_count() > 1) break;
+  }
+  waiter.join();
+  ASSERT_TRUE(got.has_value()) << "the waiter got the frame decoded after it asked";
+  EXPECT_EQ(got->owner, owner);
+}
+
+TEST(PreviewFrame, TheSourcesEndWakesAWaiterAtOnce) {
+  PreviewFrame preview;
+  std::optional<DecodedFrame> got = DecodedFrame{};
+  const auto t0 = Clock::now();
+  std::thread waiter([&] { got = preview.want(30s, 30s); });
+  std::this_thread::sleep_for(20ms);
+  preview.end();
+  waiter.join();
+  EXPECT_FALSE(got.has_value());
+  EXPECT_LT(seconds_since(t0), 10.0) << "end() woke the 30 s wait";
+  EXPECT_FALSE(preview.want(30s, 30s).has_value()) << "after the end no want waits";
 }
 
 }  // namespace
