@@ -66,6 +66,7 @@ struct BatchGroup::Shared {
     FrameInfo frame;
     std::vector<OutputSpec> outputs;
     ColorSpec color;
+    bool host_outputs;   //!< a member's sink reads host memory: the executor downloads the outputs
   };
 
   const BatchGroupSpec spec;
@@ -177,12 +178,20 @@ void BatchGroup::Shared::run() {
 void BatchGroup::Shared::launch(std::vector<Waiting> batch) {
   const FrameInfo info = batch.front().frame.info;
   const PipelineSpec& first = batch.front().member->spec;
+  // The outputs stay in device memory unless a member's sink reads host memory (a member of this
+  // batch may have detached since it pushed: its sink still takes these frames).
+  bool host_outputs = std::any_of(batch.begin(), batch.end(), [](const Waiting& w) { return reads_host_outputs(w.member->spec.sink); });
+  {
+    std::lock_guard lock(mu);
+    for (const Member::State* m : attached) host_outputs = host_outputs || reads_host_outputs(m->spec.sink);
+  }
   try {
-    if (!current || !(current->frame == info) || current->outputs != first.outputs || !(current->color == first.color)) {
+    if (!current || !(current->frame == info) || current->outputs != first.outputs || !(current->color == first.color) ||
+        current->host_outputs != host_outputs) {
       while (!in_flight.empty()) complete_oldest();
+      if (current && current->host_outputs != host_outputs) executor.reset();
       current.reset();
-      // Members attach with sinks of any kind, so a group always downloads its outputs.
-      if (!executor) executor = make_executor(device, cpu_threads);
+      if (!executor) executor = make_executor(device, cpu_threads, host_outputs);
       plans = make_output_plans(first, info);
       executor->setup(info, make_color_params(first.color, info), plans, spec.max_batch);
       buffers.clear();
@@ -192,7 +201,7 @@ void BatchGroup::Shared::launch(std::vector<Waiting> batch) {
           outs.push_back(buffers.emplace_back(p.bytes_per_frame * size_t(spec.max_batch)).data());
       }
       sink_outs.resize(plans.size());
-      current = Setup{info, first.outputs, first.color};
+      current = Setup{info, first.outputs, first.color, host_outputs};
       spdlog::info("batch group '{}': {} frames on {}, {} output(s), batches of up to {}", spec.name, describe(info),
                    executor->name(), plans.size(), spec.max_batch);
     }

@@ -1,10 +1,13 @@
 //! A batch group on the CUDA executor: four member streams, 720p frames in the three memory kinds
 //! mixed within batches (host, pinned, device), batches of up to 4 frames from any members. Each
 //! member's outputs must match the CPU executor run on each of its frames alone (gpu_support.hpp
-//! tolerances), in its frame order, and every frame must be released when the group is done.
+//! tolerances), in its frame order, and every frame must be released when the group is done. The
+//! outputs reach the members' sinks in device memory while no member's sink reads host memory
+//! (null, cuda_ipc), else downloaded to host memory for all of them.
 #include <gtest/gtest.h>
 #include <spdlog/fmt/fmt.h>
 
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -64,10 +67,19 @@ std::shared_ptr<HeldFrame> hold(HostImage img, FrameMemory kind) {
   return f;
 }
 
-TEST(BatchGroupGpu, FourStreamsOnCudaMatchTheCpuExecutorFrameByFrame) {
+struct SinkCase {
+  const char* name;
+  std::array<SinkKind, kMembers> sinks;   //!< each member's sink kind (the sinks themselves capture)
+  cudaMemoryType outputs_in;              //!< where the members' sinks get the outputs
+};
+void PrintTo(const SinkCase& c, std::ostream* os) { *os << c.name; }
+
+class BatchGroupGpu : public ::testing::TestWithParam<SinkCase> {};
+
+TEST_P(BatchGroupGpu, FourStreamsOnCudaMatchTheCpuExecutorFrameByFrame) {
+  const SinkCase& c = GetParam();
   PipelineSpec spec;
   spec.outputs = {workloads::classify_spec(), workloads::detect_spec(), workloads::thumbnail_spec()};
-  spec.sink.kind = SinkKind::Null;
   BatchGroupSpec gs;
   gs.name = "gpu";
   gs.max_batch = 4;
@@ -82,6 +94,13 @@ TEST(BatchGroupGpu, FourStreamsOnCudaMatchTheCpuExecutorFrameByFrame) {
     for (int m = 0; m < kMembers; ++m) {
       PipelineSpec p = spec;
       p.name = fmt::format("cam{}", m);
+      p.sink.kind = c.sinks[size_t(m)];
+      captures[size_t(m)].copy_out = [&, m](std::byte* dst, const std::byte* src, size_t n) {
+        cudaPointerAttributes a{};
+        ASSERT_EQ(cudaPointerGetAttributes(&a, src), cudaSuccess);
+        EXPECT_EQ(a.type, c.outputs_in) << "member " << m;
+        ASSERT_EQ(cudaMemcpy(dst, src, n, cudaMemcpyDefault), cudaSuccess);
+      };
       members.push_back(group.attach(p, stats[size_t(m)], captures[size_t(m)].factory()));
     }
     std::vector<std::thread> feeders;
@@ -125,6 +144,14 @@ TEST(BatchGroupGpu, FourStreamsOnCudaMatchTheCpuExecutorFrameByFrame) {
     }
   }
 }
+
+constexpr SinkKind kNull = SinkKind::Null, kIpc = SinkKind::CudaIpc, kNpy = SinkKind::Npy;
+INSTANTIATE_TEST_SUITE_P(
+    Sinks, BatchGroupGpu,
+    ::testing::Values(SinkCase{"null", {kNull, kNull, kNull, kNull}, cudaMemoryTypeDevice},
+                      SinkCase{"cuda_ipc", {kIpc, kIpc, kIpc, kNull}, cudaMemoryTypeDevice},
+                      SinkCase{"one_npy", {kIpc, kNpy, kIpc, kIpc}, cudaMemoryTypeHost}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace framefuse::test

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -28,6 +30,9 @@ struct CaptureSinks {
   int fail_at = -1;            //!< write number (0-based) that throws SinkError
   bool hold = false;           //!< writes wait for release()
   int entered = 0;             //!< writes begun
+  //! Copies `n` bytes of an output (host memory: std::memcpy when empty; a GPU test's can read
+  //! device memory). Called under `mu`.
+  std::function<void(std::byte* dst, const std::byte* src, size_t n)> copy_out;
 
   void release() {
     std::lock_guard lock(mu);
@@ -58,7 +63,14 @@ struct CaptureSinks {
       c_.cv.wait(lock, [&] { return !c_.hold; });
       if (n == c_.fail_at) throw SinkError("disk full (test)");
       Written w{index, {}};
-      for (size_t k = 0; k < plans_.size(); ++k) w.outputs.emplace_back(outs[k], outs[k] + plans_[k].bytes_per_frame);
+      for (size_t k = 0; k < plans_.size(); ++k) {
+        std::vector<std::byte>& bytes = w.outputs.emplace_back(plans_[k].bytes_per_frame);
+        if (c_.copy_out) {
+          c_.copy_out(bytes.data(), outs[k], bytes.size());
+        } else {
+          std::memcpy(bytes.data(), outs[k], bytes.size());
+        }
+      }
       c_.frames.push_back(std::move(w));
     }
     void flush() override {
