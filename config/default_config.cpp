@@ -19,7 +19,7 @@ http:
   idle_timeout: 30s                # close keep-alive connections idle this long
   max_header_bytes: 8KiB           # larger request headers are rejected (1KiB..1MiB)
 decode:                            # hybrid decode: `decoder: auto` streams spread over NVDEC and the cores
-  nvdec_fps: 7680                  # per GPU, 1080p frames per second (raise for > 256 live 1080p30 streams)
+  nvdec_fps: 15360                 # per GPU, 1080p frames per second (an H200 held 512 live 1080p30 streams)
   cpu_fps: auto                    # what the cores decode in software (auto = 100 per hardware thread)
 device: auto                       # auto (first CUDA device, else cpu) | cpu | cuda | cuda:N
 readiness: all                     # /readyz: all = every pipeline streaming, any = at least one

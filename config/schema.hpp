@@ -30,10 +30,10 @@ struct HttpConfig {
 //! Hybrid decode (pipeline/decode/decode_balancer.hpp): what NVDEC and the cores decode, in 1080p
 //! H.264 frames per second; `decoder: auto` streams of CUDA pipelines are spread over both.
 struct DecodeConfig {
-  //! Per GPU. Serves live streams (an H200's NVDEC held 512 1080p30 streams, 15,360 fps) and the
-  //! split of unpaced files (each NVDEC session decodes a few hundred fps): 7,680 spread 8 files
-  //! 7 + 1 (1.15x NVDEC alone) and keeps 256 live streams on NVDEC (tests/bench/RESULTS.md, session 13).
-  double nvdec_fps = 7680;
+  //! Per GPU. Serves live streams (an H200's NVDEC held 512 1080p30 streams, 15,360 fps: all of them
+  //! stay on NVDEC) and the split of unpaced files (each NVDEC session decodes ~500-600 fps; 8 files
+  //! 4,126 fps on NVDEC alone, 1.04x that spread 7 + 1; tests/bench/RESULTS.md, sessions 13-14).
+  double nvdec_fps = 15360;
   double cpu_fps = 0;        //!< the host's cores; 0 = auto (decode_capacity(): 100 per hardware thread)
   bool operator==(const DecodeConfig&) const = default;
 };

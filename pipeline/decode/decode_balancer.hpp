@@ -4,7 +4,8 @@
 //! `auto` one NVDEC could not take) are counted too, so auto streams go around them. Measured on
 //! the H200 host (tests/bench/RESULTS.md, session 13): NVDEC held 512 live 1080p30 streams, while
 //! a 1080p frame decoded in software costs ~10 ms of CPU (16 cores: ~1,400-1,600 fps); unpaced
-//! files, whose NVDEC sessions each decode at a few hundred fps, gained 13-21 % from spreading.
+//! files, whose NVDEC sessions each decode ~500-600 fps, gained 4 % from spreading 8 of them 7 + 1
+//! (session 14, runs long enough that opening the decoders does not count).
 //!
 //! A paced stream (a camera, a `realtime` file) needs its pixel rate: width x height x frame rate.
 //! It goes to NVDEC while the device's NVDEC has room for it, else to the cores while they have room,
