@@ -13,6 +13,7 @@
 #include <optional>
 #include <span>
 #include <stdexcept>
+#include <atomic>
 #include <thread>
 #include <vector>
 
@@ -173,6 +174,7 @@ struct PipelinesRun {
   //! runs only those after the first kLatencySettleS.
   LatencyHistogram latency, queue_wait, submit;
   double submit_cpu_s = 0;   //!< host CPU of the submit calls of the frames in `submit`
+  double steady_fps = 0;     //!< PhaseResult::steady_fps
   //! That per frame, microseconds (0 without frames).
   double submit_cpu_us() const { return 1e6 * submit.per_observation(submit_cpu_s).value_or(0); }
   std::string decoder, frame;
@@ -196,6 +198,9 @@ PipelinesRun run_pipelines(const std::vector<PipelineSpec>& specs, const DeviceS
   for (const auto& spec : specs)
     runners.push_back(std::make_unique<PipelineRunner>(spec, device, 0, nullptr, share ? share : &own, balancer));
   for (auto& runner : runners) runner->start();
+  SteadyWindow window(runners.size(), [&](size_t i) {
+    return std::pair{runners[i]->stats().frames_processed.load(std::memory_order_relaxed), runners[i]->done()};
+  });
   std::vector<int64_t> first_ns(runners.size(), 0);
   // Each runner's counters once it processed its settling frames.
   std::vector<std::optional<PipelineSnapshot>> settled(runners.size());
@@ -238,6 +243,7 @@ PipelinesRun run_pipelines(const std::vector<PipelineSpec>& specs, const DeviceS
   }
   run.decoder = decoder_mix(decoders);
   if (fps > 0) run.together = due_together(last_ns, fps, 1e-3);
+  run.steady_fps = window.stop();
   return run;
 }
 
@@ -273,9 +279,13 @@ PhaseResult measure(F&& phase) {
 uint64_t decode_only(const BenchOptions& o, const DeviceSpec& device, PhaseResult& r,
                      DecodeBalancer* balancer = nullptr) {
   const int streams = o.streams;
-  std::vector<uint64_t> frames(streams, 0);
+  std::vector<std::atomic<uint64_t>> frames(streams);
+  std::vector<std::atomic<bool>> ended(streams);
   std::vector<std::exception_ptr> errors(streams);
   std::vector<std::string> used(streams);
+  SteadyWindow window(size_t(streams), [&](size_t i) {
+    return std::pair{frames[i].load(std::memory_order_relaxed), ended[i].load(std::memory_order_relaxed)};
+  });
   {
     std::vector<std::jthread> threads;
     for (int i = 0; i < streams; ++i) {
@@ -286,19 +296,21 @@ uint64_t decode_only(const BenchOptions& o, const DeviceSpec& device, PhaseResul
           decode.balancer = balancer;
           VideoSource source(spec.source, spec.name, decode);
           source.open();
-          while (source.read()) ++frames[i];
+          while (source.read()) frames[i].fetch_add(1, std::memory_order_relaxed);
           used[i] = decoder_name(source.decoder());
         } catch (...) {
           errors[i] = std::current_exception();
         }
+        ended[i].store(true, std::memory_order_relaxed);
       });
     }
   }
+  r.steady_fps = window.stop();
   for (const auto& e : errors)
     if (e) std::rethrow_exception(e);
   r.decoder = decoder_mix(used);
   uint64_t total = 0;
-  for (const uint64_t n : frames) total += n;
+  for (const auto& n : frames) total += n.load();
   return total;
 }
 
@@ -609,6 +621,38 @@ void live_search(const BenchOptions& o, const DeviceSpec& device, double fps, co
 
 }  // namespace
 
+SteadyWindow::SteadyWindow(size_t streams, Progress progress)
+    : thread_([this, streams, progress = std::move(progress)](std::stop_token stop) {
+        using Clock = std::chrono::steady_clock;
+        std::optional<std::pair<Clock::time_point, uint64_t>> begin;   // when all ran, and their frames then
+        while (!stop.stop_requested()) {
+          uint64_t frames = 0;
+          bool all_running = true, one_done = false;
+          for (size_t i = 0; i < streams; ++i) {
+            const auto [n, done] = progress(i);
+            frames += n;
+            all_running = all_running && n >= kSteadyFrom;
+            one_done = one_done || done;
+          }
+          const Clock::time_point now = Clock::now();
+          if (one_done) {
+            const double seconds = begin ? std::chrono::duration<double>(now - begin->first).count() : 0;
+            if (seconds > 0) fps_ = double(frames - begin->second) / seconds;
+            return;
+          }
+          if (!begin && all_running) begin = std::pair{now, frames};
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+      }) {}
+
+double SteadyWindow::stop() {
+  if (thread_.joinable()) {
+    thread_.request_stop();
+    thread_.join();
+  }
+  return fps_;
+}
+
 int32_t due_together(std::span<const int64_t> last_ns, double fps, double window_s) {
   const double period_ns = 1e9 / fps;
   std::vector<double> phase;
@@ -692,6 +736,7 @@ BenchResult run_bench(const BenchOptions& o) {
       reference = {memory.peak(), 1};
       median_reference = {memory.median(), 1};
       r.decoder = run.decoder;
+      r.steady_fps = run.steady_fps;
       return run.frames;
     });
   }
@@ -706,6 +751,7 @@ BenchResult run_bench(const BenchOptions& o) {
     latency = run.latency;
     result.pipeline_submit_cpu_us = run.submit_cpu_us();
     r.decoder = run.decoder;
+    r.steady_fps = run.steady_fps;
     result.frame = run.frame;
     return run.frames;
   });
@@ -736,8 +782,9 @@ std::string latency_text(double seconds) {
 }
 
 std::string phase_row(const char* name, const PhaseResult& p, int streams) {
-  return fmt::format("{:<16}{:>8}{:>10.3f}{:>12.1f}{:>12.1f}{:>14.2f}{:>15.1f}  {}\n", name, p.frames, p.seconds,
-                     p.fps(), p.fps() / streams, p.cpu_ms_per_frame(), p.peak_rss_mib, p.decoder);
+  return fmt::format("{:<16}{:>8}{:>10.3f}{:>12.1f}{:>12.1f}{:>14.1f}{:>14.2f}{:>15.1f}  {}\n", name, p.frames,
+                     p.seconds, p.fps(), p.fps() / streams, p.steady_fps, p.cpu_ms_per_frame(), p.peak_rss_mib,
+                     p.decoder);
 }
 
 std::string memory_text(const char* what, const StreamMemory& m) {
@@ -751,10 +798,11 @@ std::string memory_json(const StreamMemory& m) {
 }
 
 std::string phase_json(const PhaseResult& p, int streams) {
-  return fmt::format(R"({{"frames": {}, "seconds": {}, "fps": {}, "fps_per_stream": {}, "cpu_ms_per_frame": {}, )"
-                     R"("peak_rss_mib": {}, "decoder": {})",
+  return fmt::format(R"({{"frames": {}, "seconds": {}, "fps": {}, "fps_per_stream": {}, "steady_fps": {}, )"
+                     R"("cpu_ms_per_frame": {}, "peak_rss_mib": {}, "decoder": {})",
                      p.frames, json_number(p.seconds), json_number(p.fps()), json_number(p.fps() / streams),
-                     json_number(p.cpu_ms_per_frame()), json_number(p.peak_rss_mib), json_string(p.decoder));
+                     json_number(p.steady_fps), json_number(p.cpu_ms_per_frame()), json_number(p.peak_rss_mib),
+                     json_string(p.decoder));
 }
 
 }  // namespace
@@ -766,8 +814,8 @@ std::string format_bench_table(const BenchResult& r) {
       "outputs: classify (shorter side 256, center crop 224, ImageNet mean/std, CHW f32) + "
       "detect (letterbox 640x640, /255, CHW f16), null sink (CUDA: outputs left in GPU memory)\n\n",
       r.options.clip, r.frame, n, r.options.frames, r.device);
-  out += fmt::format("{:<16}{:>8}{:>10}{:>12}{:>12}{:>14}{:>15}  {}\n", "phase", "frames", "seconds", "fps total",
-                     "fps/stream", "CPU ms/frame", "peak RSS MiB", "decoder");
+  out += fmt::format("{:<16}{:>8}{:>10}{:>12}{:>12}{:>14}{:>14}{:>15}  {}\n", "phase", "frames", "seconds", "fps total",
+                     "fps/stream", "all running", "CPU ms/frame", "peak RSS MiB", "decoder");
   out += phase_row("decode ceiling", r.decode, n);
   if (r.single.frames) out += phase_row("pipeline, 1 st", r.single, 1);
   out += phase_row("pipeline", r.pipeline, n);
@@ -832,7 +880,8 @@ std::string format_bench_table(const BenchResult& r) {
                          t.memory.rss_mib, t.decoder);
     out += fmt::format("most streams held: {}\n", r.live_held);
   }
-  out += fmt::format("\npipeline / decode ceiling = {:.1f} %\n", 100 * r.ratio());
+  out += fmt::format("\npipeline / decode ceiling = {:.1f} % (while every stream runs: {:.1f} %)\n", 100 * r.ratio(),
+                     100 * r.steady_ratio());
   return out;
 }
 
@@ -881,7 +930,7 @@ std::string format_bench_json(const BenchResult& r) {
       " \"memory_breakdown\": {{\"decoder_threads\": {}, \"decode_surfaces\": {}, \"held_frames\": {}, "
       "\"steps\": [{}]}},\n"
       " \"live\": {{\"held\": {}, \"trials\": [{}]}},\n"
-      " \"ratio\": {}}}\n",
+      " \"ratio\": {}, \"steady_ratio\": {}}}\n",
       json_string(r.options.clip), json_string(r.frame), n, r.options.frames, json_string(r.device),
       phase_json(r.decode, n), phase_json(r.decode_again, n), phase_json(r.single, 1),
       r.options.hybrid ? "true" : "false", phase_json(r.decode_nvdec, n), phase_json(r.decode_cpu, n),
@@ -889,7 +938,7 @@ std::string format_bench_json(const BenchResult& r) {
       json_number(1e3 * r.latency_p99_s), json_number(r.pipeline_submit_cpu_us), 1e3 * kLatencyBuckets.back(), memory_json(r.pipeline_memory),
       memory_json(r.pipeline_memory_median), memory_json(r.decode_memory), engine, parts, json_number(r.timer_us),
       r.decoder_threads, r.decode_surfaces,
-      r.held_frames, breakdown, r.live_held, live, json_number(r.ratio()));
+      r.held_frames, breakdown, r.live_held, live, json_number(r.ratio()), json_number(r.steady_ratio()));
 }
 
 }  // namespace framefuse::daemon

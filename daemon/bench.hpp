@@ -4,7 +4,9 @@
 //! (canonical classify + detect outputs, null sink) on the same clip; then phase 1 runs once more,
 //! and the ceiling is the faster of its two runs (the decode rate alone moves from run to run, e.g.
 //! with the GPU's clocks: NVDEC 693-783 fps in one day's runs on the H200). The phases time from
-//! start to the last stream done, opening included. With more than one stream, one pipeline runs alone
+//! start to the last stream done, opening included; each also reports its rate while every stream
+//! runs (SteadyWindow), which neither the decoders' opening nor the slowest stream's tail enters: with
+//! 8 NVDEC streams of 600 frames those took a third of the phase (tests/bench/RESULTS.md, session 14). With more than one stream, one pipeline runs alone
 //! first (decoding as each of N does): memory per stream is (most used with N streams - most used
 //! with 1) / (N - 1), which leaves out what the process takes once (CUDA context growth, module
 //! loading, FFmpeg's device), and the same of the phases' medians (start-up peaks left out). Then
@@ -15,9 +17,12 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "pipeline/runtime/pipeline_stats.hpp"
@@ -52,8 +57,30 @@ struct PhaseResult {
   double cpu_s = 0;                      //!< process user + system CPU time over the phase
   double peak_rss_mib = 0;               //!< process peak RSS at the end of the phase (monotonic)
   std::string decoder;                   //!< decoder in use: "nvdec", "cpu", or both: "nvdec 4 + cpu 4"
+  double steady_fps = 0;                 //!< every stream together while all of them ran (SteadyWindow); 0: never
   double fps() const { return seconds > 0 ? double(frames) / seconds : 0; }
   double cpu_ms_per_frame() const { return frames ? 1e3 * cpu_s / double(frames) : 0; }
+};
+
+//! A phase's rate while every stream runs: from the first moment each of the streams has done
+//! kSteadyFrom frames (decoder open, first frames out) to the first moment one of them is done (before
+//! the tail of the slowest). A thread of its own samples `progress` (frames done so far, and whether the
+//! stream is done) every millisecond from construction until one stream is done or stop().
+class SteadyWindow {
+ public:
+  static constexpr uint64_t kSteadyFrom = 10;
+  using Progress = std::function<std::pair<uint64_t, bool>(size_t stream)>;
+  SteadyWindow(size_t streams, Progress progress);
+  ~SteadyWindow() { stop(); }
+  SteadyWindow(const SteadyWindow&) = delete;
+  SteadyWindow& operator=(const SteadyWindow&) = delete;
+  //! Ends the sampling (if it has not ended) and returns the frames per second of every stream
+  //! together in the window; 0 when no moment had them all running (one was done first).
+  double stop();
+
+ private:
+  double fps_ = 0;   //!< written by the thread, read after it joined
+  std::jthread thread_;
 };
 
 //! Memory per stream (see the header comment), or, where noted, the process' memory.
@@ -146,6 +173,11 @@ struct BenchResult {
   //! The decode ceiling: the faster of the two decode-only runs, frames per second.
   double ceiling_fps() const { return std::max(decode.fps(), decode_again.fps()); }
   double ratio() const { return ceiling_fps() > 0 ? pipeline.fps() / ceiling_fps() : 0; }
+  //! The same while every stream runs (PhaseResult::steady_fps); 0 when a phase had no such moment.
+  double steady_ratio() const {
+    const double ceiling = std::max(decode.steady_fps, decode_again.steady_fps);
+    return ceiling > 0 ? pipeline.steady_fps / ceiling : 0;
+  }
 };
 
 //! The most of the streams whose frames fall due within `window_s` seconds of each other, from their

@@ -370,7 +370,7 @@ class DaemonTest(unittest.TestCase):
         r = run("bench", "--clip", str(self.clip), "--streams", "2", "--frames", "30", "--device", "cpu",
                 "--json", str(out))
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertRegex(r.stdout, r"pipeline / decode ceiling = \d+\.\d %")
+        self.assertRegex(r.stdout, r"pipeline / decode ceiling = \d+\.\d % \(while every stream runs: \d+\.\d %\)")
         result = json.loads(out.read_text())
         self.assertEqual((result["streams"], result["frames_per_stream"], result["device"]), (2, 30, "cpu"))
         for phase in ("decode", "pipeline", "decode_again"):
@@ -381,10 +381,17 @@ class DaemonTest(unittest.TestCase):
             self.assertGreaterEqual(p["cpu_ms_per_frame"], 0, phase)   # the decode phase may fit in a tick
             self.assertGreater(p["peak_rss_mib"], 1, phase)
             self.assertEqual(p["decoder"], "cpu", phase)
+            # While both streams ran (SteadyWindow; 0 if one was done before the other had 10 frames).
+            self.assertGreaterEqual(p["steady_fps"], 0, phase)
         self.assertGreater(result["pipeline"]["cpu_ms_per_frame"], 0)
         self.assertTrue(0 < result["ratio"] <= 2, result["ratio"])
         ceiling = max(result["decode"]["fps"], result["decode_again"]["fps"])   # the faster decode run
         self.assertAlmostEqual(result["ratio"], result["pipeline"]["fps"] / ceiling, places=6)
+        steady_ceiling = max(result["decode"]["steady_fps"], result["decode_again"]["steady_fps"])
+        if steady_ceiling > 0:
+            self.assertAlmostEqual(result["steady_ratio"], result["pipeline"]["steady_fps"] / steady_ceiling, places=6)
+        else:
+            self.assertEqual(result["steady_ratio"], 0)
         lat = result["pipeline"]
         self.assertIn(lat["latency_p50_ms"], [1e3 * b for b in (0.0001, 0.0002, 0.0003, 0.0005, 0.00075, 0.001,
                                                                  0.0015, 0.002, 0.0025, 0.003, 0.004, 0.005, 0.01,

@@ -2,9 +2,13 @@
 //! naming the option; the bench's latency quantiles from histogram counts.
 #include <gtest/gtest.h>
 
+#include <array>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "daemon/bench.hpp"
@@ -170,6 +174,48 @@ TEST(BenchLive, StreamsDueTogetherCountsPhasesModuloTheFrameInterval) {
   const std::vector<int64_t> wrap{due + 39'800'000, due + 100'000, due + 20 * kMs};
   EXPECT_EQ(due_together(wrap, kFps, 1e-3), 2);
   EXPECT_EQ(due_together({}, kFps, 1e-3), 0);
+}
+
+//! Two streams that open for 150 ms, run side by side for ~300 frames each (a frame per ms), then one
+//! is done while the other runs ~150 frames alone: the window leaves the opening and the tail out, so
+//! its rate is the two streams' together, ~1.6x the whole run's (timing-independent: both rates come
+//! from the same counts and clock).
+TEST(BenchSteadyWindow, LeavesTheOpeningAndTheSlowestStreamsTailOut) {
+  using Clock = std::chrono::steady_clock;
+  std::array<std::atomic<uint64_t>, 2> frames{};
+  std::array<std::atomic<bool>, 2> done{};
+  const auto t0 = Clock::now();
+  SteadyWindow window(2, [&](size_t i) { return std::pair{frames[i].load(), done[i].load()}; });
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));   // opening: nothing decoded
+  for (int i = 0; i < 300; ++i) {
+    frames[0].fetch_add(1);
+    frames[1].fetch_add(1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  done[0] = true;
+  for (int i = 0; i < 150; ++i) {
+    frames[1].fetch_add(1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  done[1] = true;
+  const double whole = double(frames[0] + frames[1]) / std::chrono::duration<double>(Clock::now() - t0).count();
+  const double steady = window.stop();
+  EXPECT_GT(steady, 1.3 * whole) << "steady " << steady << " fps, whole run " << whole << " fps";
+  EXPECT_LT(steady, 2.5 * whole) << "steady " << steady << " fps, whole run " << whole << " fps";
+}
+
+TEST(BenchSteadyWindow, NoMomentWithEveryStreamRunningGivesZero) {
+  std::array<std::atomic<uint64_t>, 2> frames{};
+  std::array<std::atomic<bool>, 2> done{};
+  SteadyWindow window(2, [&](size_t i) { return std::pair{frames[i].load(), done[i].load()}; });
+  frames[0] = 100;   // one stream decodes all of its frames before the other has its first ten
+  frames[1] = SteadyWindow::kSteadyFrom - 1;
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  done[0] = true;
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(window.stop(), 0);
+  SteadyWindow stopped(1, [](size_t) { return std::pair{uint64_t{0}, false}; });
+  EXPECT_EQ(stopped.stop(), 0) << "stopped before any stream ran";
 }
 
 }  // namespace
