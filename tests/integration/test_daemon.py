@@ -3,6 +3,7 @@ with numpy, bad input rejected with one clear line, signals handled."""
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -429,6 +430,29 @@ class DaemonTest(unittest.TestCase):
         for path in ("/livez", "/readyz", "/metrics"):
             self.assertIn(path, manifest)
         self.assertIn('"--http-bind", "0.0.0.0"', (Path(__file__).resolve().parents[2] / "docker" / "Dockerfile").read_text())
+
+    @unittest.skipUnless(shutil.which("systemd-analyze"), "systemd-analyze is not installed")
+    def test_systemd_unit_verifies(self):
+        # docker/framefused.service as systemd reads it: no unknown key, no unparsable value, an
+        # executable ExecStart (this build's framefused stands in for /opt/framefuse/bin/framefused).
+        unit = (Path(__file__).resolve().parents[2] / "docker" / "framefused.service").read_text()
+        self.assertIn("ExecStart=/opt/framefuse/bin/framefused run --config ", unit)
+        self.assertIn("Type=notify", unit)
+        binary = str(Path(FRAMEFUSED).resolve())
+
+        def verify(name, text):
+            path = self.dir / name
+            path.write_text(text.replace("/opt/framefuse/bin/framefused", binary))
+            r = subprocess.run(["systemd-analyze", "verify", str(path)], capture_output=True, text=True, timeout=60)
+            return r.returncode, (r.stdout + r.stderr).strip()
+
+        rc, said = verify("framefused.service", unit)
+        self.assertEqual((rc, said), (0, ""))
+        # The check sees mistakes: a misspelt key and a bad value in a copy are both reported.
+        rc, said = verify("broken.service", unit.replace("RestartSec=2s", "RestartSecs=2s")
+                          .replace("Restart=on-failure", "Restart=sometimes"))
+        self.assertIn("RestartSecs", said)
+        self.assertIn("sometimes", said)
 
     def assert_one_line_error(self, r, pattern, status=2):
         self.assertEqual(r.returncode, status, r.stdout + r.stderr)
