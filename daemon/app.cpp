@@ -260,7 +260,6 @@ void App::log_progress() {
 }
 
 void App::log_summary() {
-  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   std::lock_guard lock(mu_);
   for (auto& [name, r] : runners_) {
     const auto s = r->stats().snapshot();
@@ -269,10 +268,15 @@ void App::log_summary() {
     const double lat_ms = 1e3 * s.latency.mean_s().value_or(0);
     const std::string target = sink_target(r->spec().sink);
     const std::string where = target.empty() ? "null sink" : target;
-    spdlog::info("summary '{}': {} frames decoded, {} processed, {} dropped, {:.1f} fps average over {:.2f} s, "
-                 "mean decode->output {:.2f} ms, state {}, outputs in {}",
-                 name, s.frames_decoded, s.frames_processed, dropped, s.frames_processed / std::max(elapsed, 1e-9),
-                 elapsed, lat_ms, kSourceStateNames[static_cast<size_t>(s.state)], where);
+    // The pipeline's own run: from its first decoded frame to its last output.
+    const std::string rate =
+        s.active_s > 0 ? fmt::format("{:.1f} fps from the first frame decoded to the last output ({:.2f} s)",
+                                     s.frames_processed / s.active_s, s.active_s)
+                       : std::string("no output");
+    spdlog::info("summary '{}': {} frames decoded, {} processed, {} dropped, {}, mean decode->output {:.2f} ms, "
+                 "state {}, outputs in {}",
+                 name, s.frames_decoded, s.frames_processed, dropped, rate, lat_ms,
+                 kSourceStateNames[static_cast<size_t>(s.state)], where);
     if (!s.last_error.empty()) spdlog::info("summary '{}': last error: {}", name, s.last_error);
   }
   for (const auto& [name, g] : groups_) {

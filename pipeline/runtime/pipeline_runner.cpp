@@ -185,7 +185,8 @@ void PipelineRunner::start() {
               backoff = spec_.source.reconnect_initial;
             }
           }
-          stats_.frames_decoded.fetch_add(1, std::memory_order_relaxed);
+          if (stats_.frames_decoded.fetch_add(1, std::memory_order_relaxed) == 0)
+            stats_.first_frame_ns.store(steady_ns(frame->decoded_at), std::memory_order_relaxed);
           stats_.decode_errors.store(earlier_errors + source.decode_errors(), std::memory_order_relaxed);
           stats_.last_frame_ns.store(steady_ns(frame->decoded_at), std::memory_order_relaxed);
           preview_->offer(*frame, frame->decoded_at);

@@ -61,9 +61,11 @@ void PipelineStats::observe_latency(double decode_to_output_s, double queue_wait
 void PipelineStats::observe_frame(std::chrono::steady_clock::time_point decoded_at, const SubmitCall& call,
                                   std::optional<double> device_seconds) {
   using Seconds = std::chrono::duration<double>;
+  const auto now = std::chrono::steady_clock::now();
   observe_latency(device_seconds ? Seconds(call.returned - decoded_at).count() + *device_seconds
-                                 : Seconds(std::chrono::steady_clock::now() - decoded_at).count(),
+                                 : Seconds(now - decoded_at).count(),
                   Seconds(call.begun - decoded_at).count(), Seconds(call.returned - call.begun).count(), call.cpu_s);
+  last_output_ns_.store(steady_ns(now), std::memory_order_relaxed);
 }
 
 void PipelineStats::set_frame(std::string frame) {
@@ -110,6 +112,9 @@ PipelineSnapshot PipelineStats::snapshot() {
   const int64_t now = steady_now_ns();
   const int64_t last = last_frame_ns.load(std::memory_order_relaxed);
   s.last_frame_age_s = last > 0 ? double(now - last) * 1e-9 : -1.0;
+  const int64_t first = first_frame_ns.load(std::memory_order_relaxed);
+  const int64_t output = last_output_ns_.load(std::memory_order_relaxed);
+  s.active_s = first > 0 && output > first ? double(output - first) * 1e-9 : 0.0;
   s.queue_wait = queue_wait_.load();   // first: observe_latency() adds to latency_ first, so the
   s.submit = submit_.load();           // parts never show more frames than the latency
   s.submit_cpu_s = double(submit_cpu_ns_.load(std::memory_order_relaxed)) * 1e-9;

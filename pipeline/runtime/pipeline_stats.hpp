@@ -94,6 +94,9 @@ struct PipelineSnapshot {
   uint64_t nvdec_fallbacks = 0;       //!< times `decoder: auto` gave NVDEC up for software
   double last_frame_age_s = -1;       //!< seconds since the last decoded frame; -1 before the first
   double fps = 0;                     //!< processed frames per second over the last interval
+  //! Seconds from the first decoded frame to the last output written (0 before an output): the
+  //! window a whole-run rate divides by, whenever the pipeline started and however long it then ran.
+  double active_s = 0;
   LatencyHistogram latency;           //!< decode -> outputs written
   //! decode -> submit: the part of `latency` a frame waited on the host (in the queue, and for a
   //! free slot of the executor's ring) before its processing was enqueued.
@@ -121,6 +124,7 @@ class PipelineStats {
   std::atomic<uint64_t> nvdec_fallbacks{0};
   std::atomic<uint8_t> state{static_cast<uint8_t>(SourceState::Connecting)};
   std::atomic<int64_t> last_frame_ns{0};   //!< steady_clock time of the last decoded frame, 0 = none
+  std::atomic<int64_t> first_frame_ns{0};  //!< steady_clock time of the first decoded frame, 0 = none
 
   void set_state(SourceState s) { state.store(static_cast<uint8_t>(s), std::memory_order_relaxed); }
   void drop(DropReason r) { dropped[static_cast<size_t>(r)].fetch_add(1, std::memory_order_relaxed); }
@@ -161,6 +165,7 @@ class PipelineStats {
   };
   AtomicHistogram latency_, queue_wait_, submit_;
   std::atomic<uint64_t> submit_cpu_ns_{0};
+  std::atomic<int64_t> last_output_ns_{0};   //!< steady_clock time of the last observe_frame(), 0 = none
   struct Text {
     std::mutex mu;
     std::string frame, error, decoder;

@@ -110,7 +110,8 @@ class DaemonTest(unittest.TestCase):
         cfg = self.pipeline_config("run.yaml", out)
         r = run("run", "--config", str(cfg), "--device", "cpu")
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertRegex(r.stderr, r"summary 'cam': 20 frames decoded, 20 processed, 0 dropped")
+        self.assertRegex(r.stderr, r"summary 'cam': 20 frames decoded, 20 processed, 0 dropped, "
+                                   r"\d+\.\d fps from the first frame decoded to the last output \(\d+\.\d\d s\)")
         expect = {"cls": ((3, 56, 56), np.float32), "det": ((3, 96, 96), np.float16), "thumb": ((60, 80, 3), np.uint8)}
         for name, (shape, dtype) in expect.items():
             files = sorted((out / name).glob("*.npy"))

@@ -14,10 +14,12 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "daemon/metrics/prometheus.hpp"
 #include "daemon/metrics/status_json.hpp"
+#include "pipeline/runtime/pipeline_stats.hpp"
 #include "pipeline/util/text_escape.hpp"
 
 namespace framefuse::daemon {
@@ -293,6 +295,27 @@ TEST(PipelineStats, ObservesLatencyQueueWaitAndSubmitIntoTheirBuckets) {
   EXPECT_EQ(after.count(), 1u);
   EXPECT_EQ(after.counts[2], 1u);
   EXPECT_NEAR(after.sum_s, 0.00025, 1e-9);
+}
+
+TEST(PipelineStats, ActiveTimeRunsFromTheFirstDecodedFrameToTheLastOutput) {
+  using namespace std::chrono_literals;
+  using Clock = std::chrono::steady_clock;
+  PipelineStats stats;
+  std::this_thread::sleep_for(60ms);   // opening the source: not part of the run
+  EXPECT_EQ(stats.snapshot().active_s, 0.0);
+  const Clock::time_point first = Clock::now();
+  stats.first_frame_ns.store(steady_ns(first));
+  EXPECT_EQ(stats.snapshot().active_s, 0.0) << "no output yet";
+  std::this_thread::sleep_for(40ms);
+  SubmitCall call;
+  call.begun = call.returned = Clock::now();
+  stats.observe_frame(first, call, std::nullopt);
+  const double bound = std::chrono::duration<double>(Clock::now() - first).count();
+  const double active = stats.snapshot().active_s;
+  EXPECT_GE(active, 0.04);
+  EXPECT_LE(active, bound) << "from the first frame, not from the stats' creation";
+  std::this_thread::sleep_for(30ms);
+  EXPECT_EQ(stats.snapshot().active_s, active) << "it ends at the last output, not now";
 }
 
 TEST(StatusJson, ControlObjectOrNull) {
