@@ -360,7 +360,9 @@ void PipelineRunner::start() {
 void PipelineRunner::fail_processing(const std::string& error) {
   stats_.set_error(error);
   stats_.set_state(SourceState::Failed);
-  spdlog::error("pipeline '{}': {}", spec_.name, error);
+  // Sink and plan errors name the pipeline already.
+  const std::string name = fmt::format("pipeline '{}'", spec_.name);
+  spdlog::error("{}", error.starts_with(name) ? error : fmt::format("{}: {}", name, error));
   request_stop();
   impl_->queue.close();
   while (impl_->queue.pop()) stats_.drop(DropReason::ProcessError);

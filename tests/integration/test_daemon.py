@@ -163,6 +163,27 @@ class DaemonTest(unittest.TestCase):
         self.assertNotEqual(gains[2], 1.0)
         self.assertTrue(all(0 <= l["mean_luma"] <= 1 for l in lines))
 
+    def test_sink_failure_ends_only_its_pipeline(self):
+        """A sink that cannot write (its folder cannot be made, even by root) fails its pipeline with one
+        line that names it once; the other pipeline writes all its frames."""
+        out = self.dir / "out_sinkfail"
+        body = "http: {enabled: false}\npipelines:\n"
+        for name, directory in (("good", out), ("bad", "/proc/framefuse-nope")):
+            body += (f"  - name: {name}\n    source: {{uri: clip.mp4}}\n    outputs:\n"
+                     f"      - {{name: o, resize: {{width: 32, height: 32}}}}\n"
+                     f"    sink: {{type: npy, directory: {directory}}}\n")
+        cfg = self.dir / "sinkfail.yaml"
+        cfg.write_text(body)
+        r = run("run", "--config", str(cfg), "--device", "cpu")
+        self.assertEqual(r.returncode, 1, "a pipeline failed: a runtime failure " + r.stderr)
+        self.assertRegex(r.stderr, r"summary 'good': 20 frames decoded, 20 processed, 0 dropped")
+        self.assertEqual(len(list((out / "o").glob("*.npy"))), 20)
+        errors = [l for l in r.stderr.splitlines() if " error " in l]
+        self.assertEqual(len(errors), 1, r.stderr)
+        self.assertRegex(errors[0], r"error pipeline 'bad' sink: cannot create folder '/proc/framefuse-nope/o': ")
+        self.assertEqual(errors[0].count("'bad'"), 1, errors[0])
+        self.assertRegex(r.stderr, r"summary 'bad': .*state failed")
+
     def test_batch_group_outputs_equal_unbatched(self):
         """Three pipelines in one batch group write what an unbatched pipeline writes, byte for byte."""
         out = self.dir / "out_batch"
