@@ -453,6 +453,40 @@ class DaemonTest(unittest.TestCase):
             self.assertIn(path, manifest)
         self.assertIn('"--http-bind", "0.0.0.0"', (Path(__file__).resolve().parents[2] / "docker" / "Dockerfile").read_text())
 
+    def test_kubernetes_manifest_is_consistent(self):
+        # What kubectl would only find on a cluster: names one object gives and another refers to.
+        import yaml   # python3-yaml (tools/bootstrap --test)
+        docs = {d["kind"]: d for d in yaml.safe_load_all(
+            (Path(__file__).resolve().parents[2] / "docker" / "kubernetes.yaml").read_text())}
+        self.assertEqual(sorted(docs), ["ConfigMap", "Deployment", "Service"])
+        cm, deploy, svc = docs["ConfigMap"], docs["Deployment"], docs["Service"]
+        pod = deploy["spec"]["template"]
+        self.assertEqual(deploy["spec"]["selector"]["matchLabels"], pod["metadata"]["labels"])
+        self.assertEqual(svc["spec"]["selector"], pod["metadata"]["labels"])
+        (c,) = pod["spec"]["containers"]
+        ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+        self.assertEqual(ports, {"http": 9400}, "the daemon's default http.port")
+        for probe in ("livenessProbe", "readinessProbe"):
+            self.assertIn(c[probe]["httpGet"]["port"], ports)
+        self.assertEqual(svc["spec"]["ports"][0]["targetPort"], "http")
+        self.assertEqual(int(pod["metadata"]["annotations"]["prometheus.io/port"]), ports["http"])
+        volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+        self.assertEqual({m["name"] for m in c["volumeMounts"]}, set(volumes))
+        self.assertEqual(volumes["config"]["configMap"]["name"], cm["metadata"]["name"])
+        config_mount = next(m for m in c["volumeMounts"] if m["name"] == "config")
+        config_arg = c["args"][c["args"].index("--config") + 1]
+        self.assertEqual(Path(config_arg).parent, Path(config_mount["mountPath"]))
+        self.assertIn(Path(config_arg).name, cm["data"])
+        tensors = next(m for m in c["volumeMounts"] if m["name"] == "tensors")["mountPath"]
+        config = yaml.safe_load(cm["data"][Path(config_arg).name])
+        for p in config["pipelines"]:
+            if p["sink"]["type"] == "npy":
+                self.assertTrue(p["sink"]["directory"].startswith(tensors + "/"), "sinks write into the volume")
+        secret_env = {e["name"] for e in c["env"] if "secretKeyRef" in e.get("valueFrom", {})}
+        self.assertTrue(secret_env)
+        for name in secret_env:
+            self.assertIn("${" + name + "}", cm["data"][Path(config_arg).name])
+
     @unittest.skipUnless(shutil.which("systemd-analyze"), "systemd-analyze is not installed")
     def test_systemd_unit_verifies(self):
         # docker/framefused.service as systemd reads it: no unknown key, no unparsable value, an
