@@ -482,6 +482,10 @@ class DaemonTest(unittest.TestCase):
         for p in config["pipelines"]:
             if p["sink"]["type"] == "npy":
                 self.assertTrue(p["sink"]["directory"].startswith(tensors + "/"), "sinks write into the volume")
+        # The image (docker/Dockerfile) exposes that port and runs the same command by default.
+        dockerfile = (Path(__file__).resolve().parents[2] / "docker" / "Dockerfile").read_text()
+        self.assertIn(f"EXPOSE {ports['http']}\n", dockerfile)
+        self.assertIn("CMD " + json.dumps(c["args"]) + "\n", dockerfile)
         secret_env = {e["name"] for e in c["env"] if "secretKeyRef" in e.get("valueFrom", {})}
         self.assertTrue(secret_env)
         for name in secret_env:
