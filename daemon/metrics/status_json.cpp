@@ -47,8 +47,9 @@ void append_pipeline(std::string& out, const PipelineSnapshot& p) {
   out += R"("dropped":{)";
   for (size_t r = 0; r < kDropReasonNames.size(); ++r)
     fmt::format_to(o, "{}{}:{}", r ? "," : "", json_string(kDropReasonNames[r]), p.dropped[r]);
-  fmt::format_to(o, R"(}},"queue_depth":{},"last_frame_age_s":{},"fps":{},)", p.queue_depth,
-                 p.last_frame_age_s < 0 ? "null" : json_number(p.last_frame_age_s), json_number(p.fps));
+  fmt::format_to(o, R"(}},"queue_depth":{},"last_frame_age_s":{},"fps":{},"active_s":{},)", p.queue_depth,
+                 p.last_frame_age_s < 0 ? "null" : json_number(p.last_frame_age_s), json_number(p.fps),
+                 json_number(p.active_s));
   const auto number_or_null = [](std::optional<double> v) { return v ? json_number(*v) : std::string("null"); };
   for (const auto& [key, h] : {std::pair{"latency", &p.latency}, std::pair{"queue_wait", &p.queue_wait},
                                std::pair{"submit", &p.submit}}) {

@@ -59,6 +59,7 @@ PipelineSnapshot known_pipeline(std::string name, uint64_t base) {
   p.queue_depth = 3;
   p.last_frame_age_s = 0.04;
   p.fps = 29.97;
+  p.active_s = 40.04;
   for (size_t i = 0; i < p.latency.counts.size(); ++i) p.latency.counts[i] = base + 10 + i;   // never zero
   p.latency.sum_s = 1.75;
   for (size_t i = 0; i < p.queue_wait.counts.size(); ++i) p.queue_wait.counts[i] = base + 1 + 2 * i;
@@ -256,6 +257,12 @@ TEST(StatusJson, PoolDecoderOutputsSinkAndGpus) {
             std::string::npos) << j;
   const std::string cpu = render_status_json(known_daemon(), std::span(&ps[1], 1));
   EXPECT_NE(cpu.find(R"("gpus":[],"nvdec_sessions":0,"decode":[],)"), std::string::npos) << cpu;
+}
+
+TEST(StatusJson, RatesNowAndOverTheRun) {
+  const PipelineSnapshot p = known_pipeline("lobby", 0);
+  const std::string j = render_status_json(known_daemon(), std::span(&p, 1));
+  EXPECT_NE(j.find(R"("queue_depth":3,"last_frame_age_s":0.04,"fps":29.97,"active_s":40.04,)"), std::string::npos) << j;
 }
 
 TEST(StatusJson, LatencyQueueWaitAndSubmitCountSumMean) {
