@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <exception>
@@ -13,7 +14,6 @@
 #include <optional>
 #include <span>
 #include <stdexcept>
-#include <atomic>
 #include <thread>
 #include <vector>
 

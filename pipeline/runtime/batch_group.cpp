@@ -79,6 +79,9 @@ struct BatchGroup::Shared {
   std::condition_variable room;   //!< members: room in the queue, a frame done, a failure, or stop
   std::deque<Waiting> queue;      //!< guarded by mu
   std::vector<Member::State*> attached;   //!< guarded by mu
+  //! Attached members whose sinks read host memory (reads_host_outputs()); guarded by mu. A member
+  //! stays attached until its frames are done, so every frame of a batch counts here.
+  int host_readers = 0;
   bool stopping = false;          //!< guarded by mu
   std::atomic<uint64_t> batches{0}, frames{0}, wait_timeouts{0};
   std::thread thread;
@@ -178,13 +181,11 @@ void BatchGroup::Shared::run() {
 void BatchGroup::Shared::launch(std::vector<Waiting> batch) {
   const FrameInfo info = batch.front().frame.info;
   const PipelineSpec& first = batch.front().member->spec;
-  // The outputs stay in device memory unless a member's sink reads host memory (a member of this
-  // batch may have detached since it pushed: its sink still takes these frames).
-  bool host_outputs = std::any_of(batch.begin(), batch.end(), [](const Waiting& w) { return reads_host_outputs(w.member->spec.sink); });
-  {
+  // The outputs stay in device memory unless a member's sink reads host memory.
+  const bool host_outputs = [this] {
     std::lock_guard lock(mu);
-    for (const Member::State* m : attached) host_outputs = host_outputs || reads_host_outputs(m->spec.sink);
-  }
+    return host_readers > 0;
+  }();
   try {
     if (!current || !(current->frame == info) || current->outputs != first.outputs || !(current->color == first.color) ||
         current->host_outputs != host_outputs) {
@@ -384,6 +385,7 @@ std::unique_ptr<BatchGroup::Member> BatchGroup::attach(const PipelineSpec& spec,
     if (!(other.color == spec.color)) refuse(fmt::format("its color differs from pipeline '{}''s", other.name));
   }
   shared_->attached.push_back(state.get());
+  if (reads_host_outputs(spec.sink)) ++shared_->host_readers;
   return std::unique_ptr<Member>(new Member(shared_, std::move(state)));
 }
 
@@ -426,6 +428,7 @@ BatchGroup::Member::~Member() {
     g.room.notify_all();
     g.room.wait(lock, [&] { return m.pending == 0; });
     g.attached.erase(std::find(g.attached.begin(), g.attached.end(), &m));
+    if (reads_host_outputs(m.spec.sink)) --g.host_readers;
   }
   m.sink.reset();
 }
