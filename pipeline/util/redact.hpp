@@ -6,20 +6,31 @@
 
 namespace framefuse {
 
-//! "rtsp://user:secret@host/path" -> "rtsp://user:***@host/path"; strings without userinfo unchanged.
+//! "rtsp://user:secret@host/path" -> "rtsp://user:***@host/path", and "user@" -> "user:***@" (a
+//! user name alone may be a token); so is every further "scheme://" in it (a URI in a query can
+//! carry credentials of its own). Strings without userinfo unchanged.
 inline std::string redact_uri(std::string_view uri) {
-  const auto scheme = uri.find("://");
-  if (scheme == std::string_view::npos) return std::string(uri);
-  const auto start = scheme + 3;
-  const auto end = uri.find_first_of("/?#", start);
-  const auto authority = uri.substr(start, end == std::string_view::npos ? uri.npos : end - start);
-  const auto at = authority.rfind('@');
-  if (at == std::string_view::npos) return std::string(uri);
-  const auto colon = authority.substr(0, at).find(':');
-  std::string out(uri.substr(0, start));
-  out += authority.substr(0, colon == std::string_view::npos ? at : colon);
-  out += ":***";
-  out += uri.substr(start + at);
+  std::string out;
+  size_t pos = 0;  // copied up to here
+  size_t from = 0;  // next "://" search; an authority may end in the ':' of "host:rtsp://"
+  for (auto scheme = uri.find("://"); scheme != std::string_view::npos; scheme = uri.find("://", from)) {
+    const auto start = scheme + 3;
+    from = start;
+    const auto end = uri.find_first_of("/?#", start);
+    const auto authority = uri.substr(start, end == std::string_view::npos ? uri.npos : end - start);
+    out.append(uri.substr(pos, start - pos));
+    pos = start + authority.size();
+    const auto at = authority.rfind('@');
+    if (at == std::string_view::npos) {
+      out += authority;
+      continue;
+    }
+    const auto colon = authority.substr(0, at).find(':');
+    out += authority.substr(0, colon == std::string_view::npos ? at : colon);
+    out += ":***";
+    out += authority.substr(at);
+  }
+  out.append(uri.substr(pos));
   return out;
 }
 
