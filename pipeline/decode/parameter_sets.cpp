@@ -5,8 +5,8 @@
 namespace framefuse {
 namespace {
 
-//! Thrown when a read runs past the parameter set.
-struct Truncated {};
+//! Thrown when a read runs past the parameter set or a value breaks the standard's range.
+struct Malformed {};
 
 //! Big-endian bits of an RBSP (emulation-prevention bytes removed), with Exp-Golomb codes.
 class BitReader {
@@ -16,7 +16,7 @@ class BitReader {
   uint32_t bits(int n) {
     uint32_t v = 0;
     for (int i = 0; i < n; ++i) {
-      if (pos_ >= data_.size() * 8) throw Truncated{};
+      if (pos_ >= data_.size() * 8) throw Malformed{};
       v = (v << 1) | ((data_[pos_ / 8] >> (7 - pos_ % 8)) & 1u);
       ++pos_;
     }
@@ -27,7 +27,7 @@ class BitReader {
   uint32_t ue() {
     int zeros = 0;
     while (!flag())
-      if (++zeros > 31) throw Truncated{};
+      if (++zeros > 31) throw Malformed{};
     return ((1u << zeros) - 1) + bits(zeros);
   }
   int32_t se() {
@@ -100,7 +100,7 @@ namespace {
 //! H.264 E.1.2 hrd_parameters(), skipped.
 void skip_h264_hrd(BitReader& r) {
   const uint32_t cpb_count = r.ue() + 1;
-  if (cpb_count > 32) throw Truncated{};
+  if (cpb_count > 32) throw Malformed{};
   r.skip(8);   // bit_rate_scale, cpb_size_scale
   for (uint32_t i = 0; i < cpb_count; ++i) {
     r.ue();       // bit_rate_value_minus1
@@ -154,7 +154,9 @@ DpbSize h264_dpb(BitReader& r) {
         if (!r.flag()) continue;
         int last = 8, next = 8;
         for (int j = 0; j < (i < 6 ? 16 : 64) && next != 0; ++j) {
-          next = (last + r.se() + 256) % 256;
+          const int32_t delta = r.se();   // delta_scale: -128..127
+          if (delta < -128 || delta > 127) throw Malformed{};
+          next = (last + delta + 256) % 256;
           last = next == 0 ? last : next;
         }
       }
@@ -169,7 +171,7 @@ DpbSize h264_dpb(BitReader& r) {
     r.se();      // offset_for_non_ref_pic
     r.se();      // offset_for_top_to_bottom_field
     const uint32_t cycle = r.ue();
-    if (cycle > 255) throw Truncated{};
+    if (cycle > 255) throw Malformed{};
     for (uint32_t i = 0; i < cycle; ++i) r.se();
   }
   const int ref_frames = static_cast<int>(r.ue());   // max_num_ref_frames
@@ -221,7 +223,7 @@ int hevc_dpb_frames(BitReader& r) {
     r.ue();                // sps_max_num_reorder_pics
     r.ue();                // sps_max_latency_increase_plus1
   }
-  return static_cast<int>(dpb_minus1) + 1;
+  return dpb_minus1 < 16 ? static_cast<int>(dpb_minus1) + 1 : -1;   // ue(v) reaches 2^32 - 2
 }
 
 }  // namespace
@@ -233,7 +235,7 @@ DpbSize dpb_size(SpsCodec codec, std::span<const uint8_t> sps) {
     BitReader r(rbsp(sps, header));
     const DpbSize dpb = codec == SpsCodec::H264 ? h264_dpb(r) : DpbSize{hevc_dpb_frames(r), true};
     return dpb.frames >= 0 && dpb.frames <= 16 ? dpb : DpbSize{};   // both standards' limit
-  } catch (const Truncated&) {
+  } catch (const Malformed&) {
     return {};
   }
 }

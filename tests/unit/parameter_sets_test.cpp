@@ -241,6 +241,8 @@ class SpsWriter {
     for (int i = n - 1; i >= 0; --i) bits_.push_back(((x >> i) & 1u) != 0);
     return *this;
   }
+  //! se(v): 0, 1, -1, 2, -2, ... as ue(v) 0, 1, 2, 3, 4, ...
+  SpsWriter& se(int32_t v) { return ue(v > 0 ? uint32_t(2 * int64_t{v} - 1) : uint32_t(-2 * int64_t{v})); }
   //! The NAL unit: header 0x67, the bits, rbsp_trailing_bits, and 03 after every 00 00 followed by a
   //! byte <= 3.
   std::vector<uint8_t> nal() const {
@@ -277,11 +279,18 @@ struct Vui {
   int max_dec_frame_buffering = -1;   //!< -1: no bitstream restriction
 };
 
-//! A 1080p High profile SPS with `ref_frames` and, unless `vui` is empty, that VUI.
-std::vector<uint8_t> h264_sps(int ref_frames, std::optional<Vui> vui) {
+//! A 1080p High profile SPS with `ref_frames` and, unless `vui` is empty, that VUI; with
+//! `scaling_deltas`, a scaling matrix whose first 4x4 list has those delta_scale values.
+std::vector<uint8_t> h264_sps(int ref_frames, std::optional<Vui> vui, const std::vector<int32_t>& scaling_deltas = {}) {
   SpsWriter w;
   w.bits(100, 8).bits(0, 8).bits(40, 8).ue(0);    // High, level 4.0, sps id 0
-  w.ue(1).ue(0).ue(0).bits(0, 1).bits(0, 1);      // 4:2:0, 8-bit, no bypass, no scaling matrix
+  w.ue(1).ue(0).ue(0).bits(0, 1);                 // 4:2:0, 8-bit, no bypass
+  w.bits(!scaling_deltas.empty(), 1);             // seq_scaling_matrix_present_flag
+  if (!scaling_deltas.empty()) {
+    w.bits(1, 1);   // list 0 present, the other seven not
+    for (const int32_t d : scaling_deltas) w.se(d);
+    w.bits(0, 7);
+  }
   w.ue(0).ue(2).ue(uint32_t(ref_frames));        // frame num bits, POC type 2, refs
   w.bits(0, 1).ue(119).ue(67).bits(1, 1).bits(1, 1);   // 1920 x 1088, frames only, direct 8x8
   w.bits(1, 1).ue(0).ue(0).ue(0).ue(4);           // cropped to 1080
@@ -350,6 +359,27 @@ TEST(ParameterSetsH264Vui, MaxDecFrameBufferingWhenStatedElseRefFrames) {
   }
   // A HRD that states more CPBs than the standard allows is not read further.
   EXPECT_EQ(dpb_size(SpsCodec::H264, h264_sps(2, Vui{.nal_hrd_cpbs = 33, .max_dec_frame_buffering = 3})).frames, -1);
+}
+
+//! Scaling lists are skipped by reading them: delta_scale within -128..127 (7.4.2.1.1) reads on to
+//! the DPB fields; one outside that range (a value that once overflowed the list arithmetic) makes
+//! the SPS unreadable rather than undefined.
+TEST(ParameterSetsH264, ScalingListDeltasInRangeReadOnOutOfRangeRejected) {
+  struct ScalingCase {
+    std::vector<int32_t> deltas;
+    int expected_frames;
+  };
+  const ScalingCase cases[] = {
+      {{-8}, 3},               // next scale 0 at once: the default list
+      {{127, -127, -8}, 3},    // 8 -> 135 -> 8 -> 0, the range's ends
+      {{128}, -1},
+      {{-129}, -1},
+      {{2147483647}, -1},
+  };
+  for (const ScalingCase& c : cases) {
+    const DpbSize got = dpb_size(SpsCodec::H264, h264_sps(3, std::nullopt, c.deltas));
+    EXPECT_EQ(got.frames, c.expected_frames) << "first delta " << c.deltas.front();
+  }
 }
 
 }  // namespace
