@@ -9,6 +9,7 @@
 #include <optional>
 #include <thread>
 #include <tuple>
+#include <type_traits>
 #include <spdlog/fmt/fmt.h>
 
 #include "pipeline/decode/av_util.hpp"
@@ -92,7 +93,17 @@ AVPixelFormat conversion_target(AVPixelFormat f) {
 }
 
 //! Unspecified (or unsupported) matrices follow the usual convention: HD is BT.709, SD is BT.601.
-ops::ColorMatrix map_matrix(AVColorSpace cs, int height) {
+//! An AVFrame colour field as the integer the decoder stored: FFmpeg copies some of them from the
+//! bitstream unchecked (a chroma_sample_loc_type of 32 arrives as 33), and loading a value outside
+//! the enumeration through the enum type is undefined behaviour.
+template <class Enum>
+int stored_value(const Enum& field) {
+  std::underlying_type_t<Enum> v;
+  std::memcpy(&v, &field, sizeof v);
+  return static_cast<int>(v);
+}
+
+ops::ColorMatrix map_matrix(int cs, int height) {
   switch (cs) {
     case AVCOL_SPC_BT709: return ops::ColorMatrix::Bt709;
     case AVCOL_SPC_BT470BG:
@@ -102,12 +113,12 @@ ops::ColorMatrix map_matrix(AVColorSpace cs, int height) {
   }
 }
 
-ops::ColorRange map_range(AVColorRange r, AVPixelFormat f) {
+ops::ColorRange map_range(int r, AVPixelFormat f) {
   return r == AVCOL_RANGE_JPEG || f == AV_PIX_FMT_YUVJ420P ? ops::ColorRange::Full : ops::ColorRange::Limited;
 }
 
 //! TOP/BOTTOM/BOTTOMLEFT have no ops equivalent and are rare; they read as the H.264 default.
-ops::ChromaLocation map_chroma_location(AVChromaLocation l) {
+ops::ChromaLocation map_chroma_location(int l) {
   switch (l) {
     case AVCHROMA_LOC_CENTER: return ops::ChromaLocation::Center;
     case AVCHROMA_LOC_TOPLEFT: return ops::ChromaLocation::TopLeft;
@@ -587,9 +598,9 @@ struct VideoSource::Impl {
     const auto pix = static_cast<AVPixelFormat>(frame->format);
     info.width = frame->width;
     info.height = frame->height;
-    info.matrix = map_matrix(frame->colorspace, frame->height);
-    info.range = map_range(frame->color_range, pix == AV_PIX_FMT_CUDA ? codec->sw_pix_fmt : pix);
-    info.chroma_location = map_chroma_location(frame->chroma_location);
+    info.matrix = map_matrix(stored_value(frame->colorspace), frame->height);
+    info.range = map_range(stored_value(frame->color_range), pix == AV_PIX_FMT_CUDA ? codec->sw_pix_fmt : pix);
+    info.chroma_location = map_chroma_location(stored_value(frame->chroma_location));
     AvFramePtr out(av_frame_alloc());
     if (!out) fail("out of memory");
     DecodedFrame d;
