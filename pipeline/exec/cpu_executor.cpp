@@ -7,6 +7,7 @@
 #include <map>
 #include <string_view>
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 #include <type_traits>
@@ -169,8 +170,8 @@ constexpr int32_t kDenseSpan = 2;
 //! The row loops get an AVX2 clone beside the baseline (SSE2) one, chosen when the program loads
 //! (no -march: hosts differ). AVX2 brings no FMA, and contraction is off: same values either way.
 //! Not under ThreadSanitizer: the clones' resolver runs while the program loads, before TSan's
-//! runtime, and crashes there.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_THREAD__)
+//! runtime, and crashes there. Not with clang, which clones no templates (the fuzz build).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define FF_ROW_LOOP [[gnu::target_clones("avx2", "default")]]
 #else
 #define FF_ROW_LOOP
@@ -230,6 +231,12 @@ struct CpuSimd {
   bool avx2, avx512, vbmi;
 };
 
+//! F16C (CPUID leaf 1, ECX bit 29), which clang's __builtin_cpu_supports does not name.
+bool has_f16c() {
+  unsigned eax, ebx, ecx, edx;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+}
+
 const CpuSimd& cpu_simd() {
   static const CpuSimd simd = [] {
     __builtin_cpu_init();
@@ -238,7 +245,7 @@ const CpuSimd& cpu_simd() {
     const bool avx2 = __builtin_cpu_supports("avx2") && cap != "baseline";
     const bool avx512 = avx2 && cap != "avx2" && __builtin_cpu_supports("avx512f") &&
                         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
-                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c");
+                        __builtin_cpu_supports("avx512vl") && has_f16c();
     return CpuSimd{avx2, avx512, avx512 && cap != "avx512" && __builtin_cpu_supports("avx512vbmi")};
   }();
   return simd;
@@ -1279,7 +1286,7 @@ void to_half_run(const float* in, uint16_t* out, int n) {
 #if defined(__x86_64__) && defined(__GNUC__)
   static const bool f16c = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+    return __builtin_cpu_supports("avx") && has_f16c();
   }();
   if (cpu_simd().avx512) return to_half_avx512<false>(in, 0.f, 0.f, out, n);
   if (f16c) return to_half_run_f16c(in, out, n);
