@@ -155,19 +155,14 @@ class FusedVsCpu : public ::testing::TestWithParam<GpuCase> {
 // Defined first so it runs before the executor test: a device fault there is sticky.
 TEST_P(FusedVsCpu, FusedPreprocessOnDeviceBuffers) {
   const GpuCase& c = GetParam();
-  std::vector<DeviceImage> dev;
-  std::vector<FrameSlot> slots;
-  for (const auto& img : images_) {
-    dev.push_back(upload(img));
-    slots.push_back({dev.back().view, color_});
-  }
+  const DeviceBatch dev = upload_batch(images_, color_);
   DeviceOutputs outs(plans_, c.batch);
   const cuda::Stream stream = cuda::make_stream();
   for (const int rows : {0, 1, 2, 4}) {
     SCOPED_TRACE("rows_per_thread " + std::to_string(rows));
     FusedPreprocess fused;
     fused.setup(info_, plans_, c.batch, rows);
-    fused.set_batch(slots, outs.ptrs());
+    fused.set_batch(dev.slots, outs.ptrs());
     std::vector<std::vector<std::byte>> runs[2];
     for (const int pass : {0, 1}) {
       outs.poison(pass == 0 ? 0xFF : 0x00);

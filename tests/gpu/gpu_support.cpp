@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 namespace framefuse::test {
 
@@ -23,6 +24,15 @@ DeviceImage upload(const HostImage& img) {
   // non-blocking streams, which do not wait for it.
   cuda::check(cudaDeviceSynchronize(), "upload test frame");
   return d;
+}
+
+DeviceBatch upload_batch(std::span<const HostImage> images, const ops::ColorParams& color) {
+  DeviceBatch b;
+  for (const auto& img : images) {
+    b.frames.push_back(upload(img));
+    b.slots.push_back({b.frames.back().view, color});
+  }
+  return b;
 }
 
 DeviceOutputs::DeviceOutputs(std::span<const OutputPlan> plans, int batch) {
@@ -76,31 +86,40 @@ bool half_finite(uint16_t h) { return (h & 0x7c00u) != 0x7c00u; }
   if (got.size() != ref.size())
     return ::testing::AssertionFailure() << "size " << got.size() << " != reference size " << ref.size();
   if (dtype == ops::DType::F16) {
+    // Beyond 1 ulp only where the f32 tolerance covers it: near zero (after a mean is subtracted)
+    // an f16 ulp is far below 1e-5 of the tensor's largest magnitude.
     const size_t n = got.size() / 2;
-    size_t worst_i = 0, non_finite = 0;
+    if (n == 0) return ::testing::AssertionFailure() << "f16: an empty tensor";
+    std::vector<uint16_t> a(n), b(n);
+    std::memcpy(a.data(), got.data(), 2 * n);
+    std::memcpy(b.data(), ref.data(), 2 * n);
+    float ref_max = 0;
+    for (const uint16_t h : b) ref_max = half_finite(h) ? std::max(ref_max, std::abs(half_to_float(h))) : ref_max;
+    size_t worst_i = 0, non_finite = 0, beyond = 0;
     int worst = 0;
     for (size_t i = 0; i < n; ++i) {
-      uint16_t a, b;
-      std::memcpy(&a, got.data() + 2 * i, 2);
-      std::memcpy(&b, ref.data() + 2 * i, 2);
-      if (!half_finite(a) || !half_finite(b)) {
+      if (!half_finite(a[i]) || !half_finite(b[i])) {
         ++non_finite;
         continue;
       }
-      const int d = half_ulps(a, b);
+      const int d = half_ulps(a[i], b[i]);
+      if (d > 1 && std::abs(half_to_float(a[i]) - half_to_float(b[i])) > 1e-5f * ref_max) ++beyond;
       if (d > worst) worst = d, worst_i = i;
     }
-    if (non_finite > 0 || worst > 1)
-      return ::testing::AssertionFailure() << "f16: " << non_finite << " non-finite of " << n << ", worst "
-                                           << worst << " ulp at element " << worst_i;
-    return ::testing::AssertionSuccess() << "f16 within " << worst << " ulp";
+    if (non_finite > 0 || beyond > 0)
+      return ::testing::AssertionFailure() << "f16: " << non_finite << " non-finite of " << n << ", " << beyond
+                                           << " beyond 1 ulp and 1e-5 of max |ref| " << ref_max << "; worst " << worst
+                                           << " ulp at element " << worst_i << " (" << half_to_float(a[worst_i])
+                                           << " vs " << half_to_float(b[worst_i]) << ")";
+    return ::testing::AssertionSuccess() << "f16 within " << worst << " ulp (element " << worst_i << ": "
+                                         << half_to_float(a[worst_i]) << " vs " << half_to_float(b[worst_i]) << ")";
   }
   const auto a = to_double(got, dtype), b = to_double(ref, dtype);
   double ref_max = 0;
   for (const double v : b) ref_max = std::max(ref_max, std::isfinite(v) ? std::abs(v) : 0.0);
   const Diff d = compare(a, b, std::max(ref_max, 1e-30));
   if (dtype == ops::DType::U8) {
-    if (d.max_abs > 1 || double(d.differing) > 1e-3 * double(d.count))
+    if (d.max_abs > 1 || d.differing > std::max<size_t>(1, d.count / 1000))
       return ::testing::AssertionFailure() << "u8: max diff " << d.max_abs << " LSB, " << d.differing << " of "
                                            << d.count << " differ";
     return ::testing::AssertionSuccess() << "u8: " << d.differing << " of " << d.count << " differ by 1";
