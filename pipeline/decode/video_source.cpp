@@ -92,7 +92,6 @@ AVPixelFormat conversion_target(AVPixelFormat f) {
   return yuv420_deep ? AV_PIX_FMT_P010LE : AV_PIX_FMT_RGB24;
 }
 
-//! Unspecified (or unsupported) matrices follow the usual convention: HD is BT.709, SD is BT.601.
 //! An AVFrame colour field as the integer the decoder stored: FFmpeg copies some of them from the
 //! bitstream unchecked (a chroma_sample_loc_type of 32 arrives as 33), and loading a value outside
 //! the enumeration through the enum type is undefined behaviour.
@@ -103,6 +102,7 @@ int stored_value(const Enum& field) {
   return static_cast<int>(v);
 }
 
+//! Unspecified (or unsupported) matrices follow the usual convention: HD is BT.709, SD is BT.601.
 ops::ColorMatrix map_matrix(int cs, int height) {
   switch (cs) {
     case AVCOL_SPC_BT709: return ops::ColorMatrix::Bt709;

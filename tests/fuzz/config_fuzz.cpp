@@ -8,6 +8,7 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <system_error>
 #include <unistd.h>
 
 #include "config/load.hpp"
@@ -16,15 +17,24 @@
 
 namespace {
 
-const std::filesystem::path& base_dir() {
-  static const std::filesystem::path dir = [] {
-    const auto root = std::filesystem::temp_directory_path() / ("framefuse-config-fuzz-" + std::to_string(getpid()));
+//! The scratch tree, made on first use and removed when the process exits.
+struct ScratchTree {
+  std::filesystem::path root =
+      std::filesystem::temp_directory_path() / ("framefuse-config-fuzz-" + std::to_string(getpid()));
+  ScratchTree() {
     std::filesystem::create_directories(root / "config" / "examples");
     std::filesystem::create_directories(root / "samples");
     for (const char* clip : {"sample_720p.mp4", "sample_1080p.mp4"}) std::ofstream(root / "samples" / clip).put('\0');
-    return root / "config" / "examples";
-  }();
-  return dir;
+  }
+  ~ScratchTree() {
+    std::error_code ec;
+    std::filesystem::remove_all(root, ec);
+  }
+};
+
+std::filesystem::path base_dir() {
+  static const ScratchTree tree;
+  return tree.root / "config" / "examples";
 }
 
 }  // namespace

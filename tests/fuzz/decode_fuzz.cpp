@@ -14,6 +14,7 @@
 #include <fstream>
 #include <limits>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "pipeline/decode/video_source.hpp"
@@ -27,12 +28,19 @@ namespace {
 using framefuse::fuzz::check;
 namespace fs = std::filesystem;
 
+//! The file each input is written to (in memory where /dev/shm exists), removed when the process exits.
+struct InputFile {
+  fs::path path = (fs::exists("/dev/shm") ? fs::path("/dev/shm") : fs::temp_directory_path()) /
+                  ("framefuse-decode-fuzz-" + std::to_string(getpid()));
+  ~InputFile() {
+    std::error_code ec;
+    fs::remove(path, ec);
+  }
+};
+
 const fs::path& input_path() {
-  static const fs::path path = [] {
-    const fs::path dir = fs::exists("/dev/shm") ? fs::path("/dev/shm") : fs::temp_directory_path();
-    return dir / ("framefuse-decode-fuzz-" + std::to_string(getpid()));
-  }();
-  return path;
+  static const InputFile file;
+  return file.path;
 }
 
 std::vector<framefuse::OutputSpec> output_specs() {

@@ -1,12 +1,14 @@
 // Fuzz target: the HTTP routes (daemon/http/routes.cpp) on any method and request target, as a
 // client sends them, against a fake daemon with one pipeline (a 96x64 frame, two outputs). Input:
 // method, '\n', target, '\n' and the pipeline's name. Properties: a response for every request
-// (no exception, no crash), with a status in 200..599 and a JPEG body (FF D8 ... FF D9) for every
-// 200 preview.
+// (no exception, no crash), with a status in 200..599, a JPEG body (FF D8 ... FF D9) for every
+// 200 preview, and never the camera's password (in its source URI and its last error) unless the
+// request itself carried it.
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "daemon/http/routes.hpp"
 #include "tests/fuzz/fuzz_check.hpp"
@@ -14,6 +16,8 @@
 
 namespace framefuse::daemon {
 namespace {
+
+constexpr std::string_view kPassword = "pw-7f3a9c";
 
 class OnePipeline final : public StatusSource {
  public:
@@ -38,9 +42,9 @@ class OnePipeline final : public StatusSource {
     PipelineSnapshot p;
     p.name = name_;
     p.device = "cpu";
-    p.source = "rtsp://user:secret@cam/" + name_;
+    p.source = "rtsp://user:" + std::string(kPassword) + "@cam/" + name_;
     p.state = SourceState::Streaming;
-    p.last_error = name_;
+    p.last_error = "rtsp://user:" + std::string(kPassword) + "@cam/" + name_ + ": Connection refused";
     p.frame = "96x64 yuv420p bt709/limited";
     pipelines_ = {p};
   }
@@ -82,6 +86,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const framefuse::daemon::Router router(source);
   const auto r = router.handle(method, target);
   check(r.status >= 200 && r.status <= 599, "a status outside 200..599");
+  if (std::string_view(reinterpret_cast<const char*>(data), size).find(framefuse::daemon::kPassword) ==
+      std::string_view::npos)
+    check(r.body.find(framefuse::daemon::kPassword) == std::string::npos, "a response shows the camera's password");
   if (r.status == 200 && r.content_type == "image/jpeg") {
     const auto& b = r.body;
     check(b.size() > 4 && uint8_t(b[0]) == 0xFF && uint8_t(b[1]) == 0xD8 && uint8_t(b[b.size() - 2]) == 0xFF &&
