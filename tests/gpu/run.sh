@@ -74,9 +74,9 @@ if ((failed == 0)); then
 
   tests_bin=$BUILD_DIR/tests/gpu/gpu_tests
   if command -v compute-sanitizer >/dev/null; then
-    # The random-configuration test with 40 of its cases: each is a few launches and setups, slow
-    # under memcheck.
-    if FRAMEFUSE_GPU_RANDOM_CASES=40 logged memcheck compute-sanitizer --tool memcheck --leak-check full \
+    # The random-configuration test with 40 of its cases and the damaged-stream test with 6 clips
+    # each: every case is a few set-ups, slow under memcheck.
+    if FRAMEFUSE_GPU_RANDOM_CASES=40 FRAMEFUSE_GPU_DAMAGE_CASES=6 logged memcheck compute-sanitizer --tool memcheck --leak-check full \
         --error-exitcode 1 "$tests_bin" --gtest_filter="$SANITIZER_FILTER"; then
       record memcheck ok "$(grep -E 'ERROR SUMMARY' "$LANE_LOG" | tail -1) [$SANITIZER_FILTER]"
     else
