@@ -10,7 +10,6 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <numeric>
@@ -38,11 +37,6 @@ constexpr uint64_t kMiB = 1 << 20;
 constexpr uint64_t kPerPipelineBudget = 48 * kMiB;
 //! Device memory that may stay taken beyond the level it is compared with (allocator granularity).
 constexpr uint64_t kReleaseSlack = 16 * kMiB;
-
-fs::path sample(const char* name) {
-  const char* root = std::getenv("FRAMEFUSE_SOURCE_DIR");
-  return fs::path(root ? root : ".") / "samples" / name;
-}
 
 //! Device 0's used memory, bytes.
 uint64_t gpu_used() {
@@ -93,7 +87,7 @@ class GpuEngine : public ::testing::Test {
  protected:
   void SetUp() override {
     for (const char* clip : {"sample_720p.mp4", "sample_1080p.mp4"})
-      if (!fs::exists(sample(clip))) GTEST_SKIP() << sample(clip) << " not found (run tools/make_sample_clip)";
+      if (!fs::exists(sample_clip(clip))) GTEST_SKIP() << sample_clip(clip) << " not found (run tools/make_sample_clip)";
   }
 
   static PipelineSpec pipeline(std::string name, const fs::path& uri, std::vector<OutputSpec> outputs,
@@ -115,7 +109,7 @@ TEST_F(GpuEngine, SixtyFourPipelinesShareOneGpuAndGiveItsMemoryBack) {
   constexpr int kPipelines = 64, kFrames = 20;
   const std::vector<OutputSpec> outputs{workloads::thumbnail_spec()};
   auto spec = [&](const std::string& name) {
-    PipelineSpec p = pipeline(name, sample("sample_720p.mp4"), outputs, kFrames);
+    PipelineSpec p = pipeline(name, sample_clip("sample_720p.mp4"), outputs, kFrames);
     p.sink.kind = SinkKind::Npy;
     p.sink.directory = (dir.path / name).string();
     p.sink.frames_per_file = kFrames;
@@ -181,7 +175,7 @@ TEST_F(GpuEngine, SixtyFourPipelinesShareOneGpuAndGiveItsMemoryBack) {
 TEST_F(GpuEngine, AResolutionChangeMidStreamReplansTheCudaExecutor) {
   constexpr int kFrames = 10;   // per clip
   const fs::path spliced = dir.path / "720p+1080p.ts";
-  concat_as_mpegts(std::vector<fs::path>{sample("sample_720p.mp4"), sample("sample_1080p.mp4")}, spliced, kFrames);
+  concat_as_mpegts(std::vector<fs::path>{sample_clip("sample_720p.mp4"), sample_clip("sample_1080p.mp4")}, spliced, kFrames);
   OutputSpec full;   // no resize: the tensor has the frame's size
   full.name = "full";
   full.channels = ChannelOrder::Gray;
@@ -224,7 +218,7 @@ class GpuEngineStop : public GpuEngine, public ::testing::WithParamInterface<Sto
 
 TEST_P(GpuEngineStop, StopWithFramesInFlightJoinsPromptlyAndLeavesNoDeviceMemory) {
   const StopCase& c = GetParam();
-  PipelineSpec spec = pipeline(c.name, sample("sample_1080p.mp4"),
+  PipelineSpec spec = pipeline(c.name, sample_clip("sample_1080p.mp4"),
                                {workloads::classify_spec(), workloads::detect_spec(), workloads::thumbnail_spec()}, -1);
   if (c.live) {   // live policies on a local file (see tests/unit/runtime_robustness_test.cpp)
     spec.source.kind = SourceKind::Rtsp;

@@ -26,14 +26,13 @@
 #include <string>
 #include <vector>
 
-#include <unistd.h>
-
 #include "pipeline/decode/video_source.hpp"
 #include "pipeline/error.hpp"
 #include "pipeline/exec/cuda_executor.hpp"
 #include "pipeline/fused/plan.hpp"
 #include "pipeline/workloads.hpp"
 #include "tests/gpu/gpu_support.hpp"
+#include "tests/support/media_fixtures.hpp"
 #include "tests/support/test_images.hpp"
 
 extern "C" {
@@ -51,11 +50,6 @@ constexpr size_t kOneDecoder = size_t(48) << 20;   //!< more than one 1080p NVDE
 int cases_per_clip() {
   const char* env = std::getenv("FRAMEFUSE_GPU_DAMAGE_CASES");
   return env ? std::max(1, std::atoi(env)) : 40;
-}
-
-fs::path sample_clip(const char* name) {
-  const char* root = std::getenv("FRAMEFUSE_SOURCE_DIR");
-  return fs::path(root ? root : ".") / "samples" / name;
 }
 
 std::vector<uint8_t> read_file(const fs::path& p) {
@@ -110,16 +104,8 @@ std::vector<uint8_t> damaged(std::vector<uint8_t> clip, size_t first, size_t las
   return clip;
 }
 
-//! The scratch file a case is written to, removed at the end.
-struct ScratchFile {
-  fs::path path = fs::temp_directory_path() / ("framefuse-nvdec-damage-" + std::to_string(getpid()) + ".mp4");
-  ~ScratchFile() {
-    std::error_code ec;
-    fs::remove(path, ec);
-  }
-};
-
-//! Every element of `bytes` (dtype f32 or f16) is finite.
+//! Every element of `bytes` (dtype f32 or f16) is finite. (to_double would copy every frame's
+//! 1.4 M output values into a new vector: ~10 ms a frame.)
 bool all_finite(std::span<const std::byte> bytes, ops::DType dtype) {
   if (dtype == ops::DType::F16) {
     for (size_t i = 0; i + 2 <= bytes.size(); i += 2) {
@@ -142,9 +128,36 @@ struct CaseResult {
   std::string stopped_by;   //!< the MediaError or ConfigError that ended the case, if any
 };
 
-//! Decodes `file` with NVDEC (to its end) and runs each frame through `gpu`,
-//! set up again whenever the frame's size or format changes. Fails the test on a non-finite output.
-CaseResult run_case(const fs::path& file, CudaExecutor& gpu, std::optional<FrameInfo>& set_up_for) {
+//! The CUDA executor with classify (f32) and detect (f16) outputs, kept from clip to clip and set up
+//! again whenever a frame's size or format differs from the last one it was set up for.
+struct GpuOutputs {
+  const std::vector<OutputSpec> specs{workloads::classify_spec(), workloads::detect_spec()};
+  CudaExecutor gpu{0};
+  std::optional<FrameInfo> set_up_for;   //!< empty until a set-up succeeded
+  std::vector<OutputPlan> plans;
+  std::vector<std::vector<std::byte>> outs;
+
+  //! Runs `f` with the outputs poisoned (0xFF: NaN in f32 and f16); fails the test on a
+  //! non-finite value. Throws ConfigError for a frame the outputs cannot be planned for.
+  void process(const DecodedFrame& f, int index) {
+    if (set_up_for != f.info) {
+      set_up_for.reset();
+      plans.clear();
+      for (const auto& s : specs) plans.push_back(make_output_plan(s, f.info, "damaged/" + s.name));
+      gpu.setup(f.info, make_color_params(ColorSpec{}, f.info), plans, 1);
+      set_up_for = f.info;
+      outs = poisoned_outputs(plans, 1);
+    }
+    for (auto& o : outs) std::fill(o.begin(), o.end(), std::byte{0xFF});
+    const FrameMemory memory[1] = {f.memory};
+    gpu.process_frames({&f.view, 1}, memory, pointers(outs));
+    for (size_t k = 0; k < plans.size(); ++k)
+      EXPECT_TRUE(all_finite(outs[k], specs[k].dtype)) << "output " << specs[k].name << ", frame " << index;
+  }
+};
+
+//! Decodes `file` with NVDEC (to its end) and runs each frame through `outputs`.
+CaseResult run_case(const fs::path& file, GpuOutputs& outputs) {
   SourceSpec spec;
   spec.uri = file.string();
   spec.max_frames = kMaxFrames;
@@ -152,36 +165,17 @@ CaseResult run_case(const fs::path& file, CudaExecutor& gpu, std::optional<Frame
   options.decoder = DecoderKind::Nvdec;
   options.cuda_device = 0;
   VideoSource source(spec, "damaged", options);
-  const std::vector<OutputSpec> specs{workloads::classify_spec(), workloads::detect_spec()};
-  std::vector<OutputPlan> plans;
-  std::vector<std::vector<std::byte>> outs;
   CaseResult result;
   try {
     source.open();
     while (const auto f = source.read()) {
       EXPECT_EQ(f->memory, FrameMemory::Device) << "an NVDEC frame outside GPU memory";
-      if (set_up_for != f->info) {
-        set_up_for.reset();
-        plans.clear();
-        for (const auto& s : specs) plans.push_back(make_output_plan(s, f->info, "damaged/" + s.name));
-        gpu.setup(f->info, make_color_params(ColorSpec{}, f->info), plans, 1);
-        set_up_for = f->info;
-        outs.clear();
-      } else if (plans.empty()) {
-        for (const auto& s : specs) plans.push_back(make_output_plan(s, f->info, "damaged/" + s.name));
-      }
-      if (outs.empty()) outs = poisoned_outputs(plans, 1);
-      for (auto& o : outs) std::fill(o.begin(), o.end(), std::byte{0xFF});   // NaN in f32 and f16
-      const FrameMemory memory[1] = {f->memory};
-      gpu.process_frames({&f->view, 1}, memory, pointers(outs));
-      for (size_t k = 0; k < plans.size(); ++k)
-        EXPECT_TRUE(all_finite(outs[k], specs[k].dtype)) << "output " << specs[k].name << ", frame " << result.nvdec_frames;
+      outputs.process(*f, result.nvdec_frames);
       ++result.nvdec_frames;
     }
   } catch (const MediaError& e) {
     result.stopped_by = e.what();
   } catch (const ConfigError& e) {
-    set_up_for.reset();
     result.stopped_by = e.what();
   }
   return result;
@@ -205,9 +199,10 @@ TEST_P(NvdecDamage, BrokenStreamsEndInMediaErrorsNeverInCudaErrors) {
   const std::vector<uint8_t> original = read_file(clip);
   const auto [first, last] = mdat_payload(original);
   ASSERT_GT(last, first + 65536) << clip << ": no mdat box to damage";
-  const ScratchFile scratch;
+  const TempDir scratch("framefuse_nvdec_damage");
+  const fs::path file = scratch.path / "clip.mp4";
   const auto write = [&](const std::vector<uint8_t>& bytes) {
-    std::ofstream(scratch.path, std::ios::binary | std::ios::trunc)
+    std::ofstream(file, std::ios::binary | std::ios::trunc)
         .write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
   };
 
@@ -215,10 +210,9 @@ TEST_P(NvdecDamage, BrokenStreamsEndInMediaErrorsNeverInCudaErrors) {
   {
     // The undamaged clip first: all its frames through NVDEC; the memory then in use (the shared
     // decode context, the CUDA runtime) is the baseline.
-    CudaExecutor gpu(0);
-    std::optional<FrameInfo> set_up_for;
+    GpuOutputs outputs;
     write(original);
-    const CaseResult clean = run_case(scratch.path, gpu, set_up_for);
+    const CaseResult clean = run_case(file, outputs);
     ASSERT_TRUE(clean.stopped_by.empty()) << clean.stopped_by;
     ASSERT_GE(clean.nvdec_frames, 60);
   }
@@ -228,8 +222,7 @@ TEST_P(NvdecDamage, BrokenStreamsEndInMediaErrorsNeverInCudaErrors) {
   int decoded = 0, frames = 0, stopped = 0;
   const auto began = std::chrono::steady_clock::now();
   {
-    CudaExecutor gpu(0);
-    std::optional<FrameInfo> set_up_for;
+    GpuOutputs outputs;
     std::mt19937 rng(20261202u + uint32_t(std::hash<std::string>{}(GetParam()) % 1000));
     for (int c = 0; c < cases && !HasFailure(); ++c) {
       write(damaged(original, first, last, rng));
@@ -238,7 +231,7 @@ TEST_P(NvdecDamage, BrokenStreamsEndInMediaErrorsNeverInCudaErrors) {
           fs::temp_directory_path() / ("framefuse-nvdec-damage-" + std::to_string(c) + "-" + GetParam());
       SCOPED_TRACE("damaged clip " + std::to_string(c) + " (kept as " + kept.string() + " if it fails)");
       try {
-        const CaseResult r = run_case(scratch.path, gpu, set_up_for);
+        const CaseResult r = run_case(file, outputs);
         decoded += r.nvdec_frames > 0;
         frames += r.nvdec_frames;
         stopped += !r.stopped_by.empty();
@@ -246,7 +239,7 @@ TEST_P(NvdecDamage, BrokenStreamsEndInMediaErrorsNeverInCudaErrors) {
         ADD_FAILURE() << e.what();
       }
       EXPECT_EQ(cudaGetLastError(), cudaSuccess);
-      if (HasFailure()) fs::copy_file(scratch.path, kept, fs::copy_options::overwrite_existing);
+      if (HasFailure()) fs::copy_file(file, kept, fs::copy_options::overwrite_existing);
     }
   }
   const std::chrono::duration<double, std::milli> took = std::chrono::steady_clock::now() - began;

@@ -9,7 +9,6 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <deque>
 #include <filesystem>
 #include <memory>
@@ -33,11 +32,6 @@ namespace framefuse::test {
 namespace {
 
 constexpr int kFrames = 8;
-
-std::filesystem::path sample_clip(const char* name = "sample_720p.mp4") {
-  const char* root = std::getenv("FRAMEFUSE_SOURCE_DIR");
-  return std::filesystem::path(root ? root : ".") / "samples" / name;
-}
 
 DecodeOptions nvdec() {
   DecodeOptions o;
@@ -102,7 +96,7 @@ class Nvdec : public ::testing::Test {
     cuda::check(cudaFree(nullptr), "cudaFree");
   }
   void SetUp() override {
-    clip = sample_clip();
+    clip = sample_clip("sample_720p.mp4");
     if (!std::filesystem::exists(clip)) GTEST_SKIP() << clip << " not found (run tools/make_sample_clip)";
   }
   std::filesystem::path clip;

@@ -3,22 +3,21 @@
 //! (exit 77 when it is the only test selected) where the clip has not been made.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <vector>
 
 #include "pipeline/decode/video_source.hpp"
 #include "pipeline/exec/cpu_executor.hpp"
 #include "pipeline/exec/cuda_executor.hpp"
-#include "tests/gpu/gpu_support.hpp"
 #include "pipeline/workloads.hpp"
+#include "tests/gpu/gpu_support.hpp"
+#include "tests/support/media_fixtures.hpp"
 
 namespace framefuse::test {
 namespace {
 
 TEST(SampleClip, CudaMatchesCpuOnDecodedFrames) {
-  const char* root = std::getenv("FRAMEFUSE_SOURCE_DIR");
-  const std::filesystem::path clip = std::filesystem::path(root ? root : ".") / "samples" / "sample_720p.mp4";
+  const std::filesystem::path clip = sample_clip("sample_720p.mp4");
   if (!std::filesystem::exists(clip)) GTEST_SKIP() << clip << " not found (run tools/make_sample_clip)";
 
   constexpr int kFrames = 8;

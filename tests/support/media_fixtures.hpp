@@ -21,6 +21,13 @@ using Planes = std::vector<std::vector<uint8_t>>;
 
 inline bool have_ffmpeg() { return std::system("ffmpeg -version >/dev/null 2>&1") == 0; }
 
+//! A clip that tools/make_sample_clip writes (`name`, e.g. "sample_720p.mp4"), under samples/ of the
+//! source tree (FRAMEFUSE_SOURCE_DIR, which ctest sets; else the working folder). It may not exist.
+inline std::filesystem::path sample_clip(const char* name) {
+  const char* root = std::getenv("FRAMEFUSE_SOURCE_DIR");
+  return std::filesystem::path(root ? root : ".") / "samples" / name;
+}
+
 //! A fresh folder in the system's temporary folder, removed with its contents.
 struct TempDir {
   std::filesystem::path path;
