@@ -254,8 +254,11 @@ TEST_P(NvdecDamage, BrokenStreamsEndInMediaErrorsNeverInCudaErrors) {
   EXPECT_GE(after_free + kOneDecoder, baseline_free) << "GPU memory not returned after the damaged streams";
 }
 
-// H.264 with B-frames (x264 defaults), and as IP cameras send it (one reference, no B-frames).
-INSTANTIATE_TEST_SUITE_P(Clips, NvdecDamage, ::testing::Values("sample_720p.mp4", "sample_camera_1080p.mp4"),
+// H.264 and HEVC with B-frames, and as IP cameras send them (one reference, no B-frames; the HEVC
+// one 10-bit).
+INSTANTIATE_TEST_SUITE_P(Clips, NvdecDamage,
+                         ::testing::Values("sample_720p.mp4", "sample_camera_1080p.mp4", "sample_hevc_720p.mp4",
+                                           "sample_hevc10_camera_1080p.mp4"),
                          [](const auto& info) {
                            std::string name = info.param;
                            name = name.substr(0, name.find('.'));

@@ -1,10 +1,10 @@
-//! NVDEC against software decoding of the sample clip (samples/sample_720p.mp4, made by
-//! tools/make_sample_clip): the same pixels (H.264 decoding is exact), the same tensors through the
-//! CUDA executor (NVDEC frames read in place vs pinned pool frames vs staged host frames; frames
-//! submitted as they are read), one shared CUDA context for every decoder of a GPU, a looped clip
-//! that keeps its decoder, a consumer holding more frames than NVDEC has surfaces, a camera-style
-//! stream decoded with the fewest surfaces its parameter sets allow, and a resolution change. Skipped (exit 77 when only
-//! these run) where the clips have not been made.
+//! NVDEC against software decoding of the sample clips (samples/, made by tools/make_sample_clip):
+//! for each clip (H.264 and HEVC, 8-bit NV12 and 10-bit P010, with B-frames and camera-style) the
+//! same pixels (decoding is exact) with the fewest surfaces its parameter sets allow, and the same
+//! tensors through the CUDA executor (NVDEC frames read in place vs pinned pool frames vs staged host
+//! frames). On the 720p H.264 clip: frames submitted as they are read, one shared CUDA context for
+//! every decoder of a GPU, a looped clip that keeps its decoder, a consumer holding more frames than
+//! NVDEC has surfaces, and a resolution change. Skipped where the clips have not been made.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -12,6 +12,7 @@
 #include <deque>
 #include <filesystem>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,15 @@ Planes nv12_as_yuv420p(const Planes& nv12) {
   return out;
 }
 
+//! Whether the NVDEC frame `gpu` has the pixels of the software-decoded frame `cpu`: NV12 against
+//! yuv420p (8-bit), P010 against P010 (10-bit, which software decoding converts to).
+bool same_pixels(const DecodedFrame& gpu, const DecodedFrame& cpu) {
+  const Planes planes = tight_planes(to_host(gpu));
+  if (gpu.info.format == ops::PixelFormat::Nv12 && cpu.info.format == ops::PixelFormat::Yuv420p)
+    return nv12_as_yuv420p(planes) == tight_planes(cpu);
+  return gpu.info.format == cpu.info.format && planes == tight_planes(cpu);
+}
+
 //! Reads the open NVDEC source `gpu` to its end and, frame by frame beside it, `spec` decoded in
 //! software: each NVDEC frame must have the software frame's pixels. `check(i, frame, reference)`
 //! sees each pair first and may keep the frame. `read` counts the NVDEC frames.
@@ -79,22 +89,24 @@ void read_beside_software(VideoSource& gpu, const SourceSpec& spec, int& read, C
   while (auto f = gpu.read()) {
     const auto reference = cpu.read();
     ASSERT_TRUE(reference.has_value()) << "frame " << read;
-    const bool same = nv12_as_yuv420p(tight_planes(to_host(*f))) == tight_planes(*reference);
+    const bool same = same_pixels(*f, *reference);
     check(read, *f, *reference);
     EXPECT_TRUE(same) << "frame " << read;
     ++read;
   }
 }
 
+//! The runtime's primary context is active (with its default flags) before any decoder opens, as
+//! in the daemon, where executors may start first.
+void start_cuda() {
+  av_log_set_level(AV_LOG_ERROR);
+  cuda::check(cudaSetDevice(0), "cudaSetDevice");
+  cuda::check(cudaFree(nullptr), "cudaFree");
+}
+
 class Nvdec : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    av_log_set_level(AV_LOG_ERROR);
-    // The runtime's primary context is active (with its default flags) before any decoder opens,
-    // as in the daemon, where executors may start first.
-    cuda::check(cudaSetDevice(0), "cudaSetDevice");
-    cuda::check(cudaFree(nullptr), "cudaFree");
-  }
+  static void SetUpTestSuite() { start_cuda(); }
   void SetUp() override {
     clip = sample_clip("sample_720p.mp4");
     if (!std::filesystem::exists(clip)) GTEST_SKIP() << clip << " not found (run tools/make_sample_clip)";
@@ -102,25 +114,54 @@ class Nvdec : public ::testing::Test {
   std::filesystem::path clip;
 };
 
-TEST_F(Nvdec, DecodesTheSamePixelsAsSoftware) {
-  const auto gpu = decode(clip, nvdec());
-  const auto cpu = decode(clip, software());
-  ASSERT_EQ(gpu.size(), size_t(kFrames));
-  ASSERT_EQ(cpu.size(), size_t(kFrames));
-  for (int b = 0; b < kFrames; ++b) {
-    EXPECT_EQ(gpu[b].memory, FrameMemory::Device);
-    EXPECT_EQ(gpu[b].info.format, ops::PixelFormat::Nv12);
-    EXPECT_EQ(cpu[b].info.format, ops::PixelFormat::Yuv420p);
-    FrameInfo same = gpu[b].info;
-    same.format = cpu[b].info.format;
-    EXPECT_EQ(same, cpu[b].info) << "size and colour metadata";
-    const DecodedFrame host = to_host(gpu[b]);
-    EXPECT_EQ(host.memory, FrameMemory::Host);
-    EXPECT_TRUE(nv12_as_yuv420p(tight_planes(host)) == tight_planes(cpu[b])) << "frame " << b;
+//! A sample clip and what NVDEC must make of it.
+struct ClipCase {
+  const char* file;
+  ops::PixelFormat nvdec_format;      //!< NVDEC's surfaces
+  ops::PixelFormat software_format;   //!< what software decoding hands the ops (10-bit: converted to P010)
+  int surfaces;                       //!< decode surfaces: the SPS's decoded picture buffer + 2
+  int frames;                         //!< in the whole clip
+};
+
+void PrintTo(const ClipCase& c, std::ostream* os) { *os << c.file; }
+
+class NvdecClips : public ::testing::TestWithParam<ClipCase> {
+ protected:
+  static void SetUpTestSuite() { start_cuda(); }
+  void SetUp() override {
+    clip = sample_clip(GetParam().file);
+    if (!std::filesystem::exists(clip)) GTEST_SKIP() << clip << " not found (run tools/make_sample_clip)";
   }
+  std::filesystem::path clip;
+};
+
+TEST_P(NvdecClips, WholeClipHasTheSoftwarePixelsWithTheFewestSurfaces) {
+  // Too few surfaces would not fail: NVIDIA's parser would overwrite a reference, and frames would
+  // decode wrong. So every frame, with the frames a pipeline holds (its queue and ring) held here.
+  const ClipCase& c = GetParam();
+  SourceSpec spec;
+  spec.uri = clip.string();
+  VideoSource gpu(spec, "nvdec-clip", nvdec());
+  gpu.open();
+  EXPECT_EQ(gpu.decode_surfaces(), c.surfaces);
+  std::deque<DecodedFrame> held;
+  int read = 0;
+  read_beside_software(gpu, spec, read, [&](int i, DecodedFrame& f, const DecodedFrame& reference) {
+    EXPECT_EQ(f.memory, FrameMemory::Device) << "frame " << i;
+    EXPECT_EQ(f.info.format, c.nvdec_format) << "frame " << i;
+    EXPECT_EQ(reference.info.format, c.software_format) << "frame " << i;
+    FrameInfo same = f.info;
+    same.format = reference.info.format;
+    EXPECT_EQ(same, reference.info) << "frame " << i << ": size and colour metadata";
+    held.push_back(std::move(f));
+    if (held.size() > 7) held.pop_front();
+  });
+  EXPECT_EQ(read, c.frames);
+  EXPECT_EQ(gpu.decode_errors(), 0u);
+  EXPECT_EQ(gpu.decoder(), DecoderKind::Nvdec);
 }
 
-TEST_F(Nvdec, TensorsMatchSoftwareDecodeThroughTheCudaExecutor) {
+TEST_P(NvdecClips, TensorsMatchSoftwareDecodeThroughTheCudaExecutor) {
   auto pool = FramePool::create(default_pool_frames(kFrames, 0, true), 0);
   ASSERT_EQ(pool->memory(), FrameMemory::Pinned);
   const auto pinned = decode(clip, software(pool));
@@ -156,6 +197,20 @@ TEST_F(Nvdec, TensorsMatchSoftwareDecodeThroughTheCudaExecutor) {
     EXPECT_TRUE(matches_cpu(in_place[k], staged[k], specs[k].dtype)) << "output " << specs[k].name << ": NVDEC";
   }
 }
+
+// Surfaces: H.264 from max_dec_frame_buffering (720p: 4, its references with reordering; camera: 1),
+// HEVC from sps_max_dec_pic_buffering_minus1 + 1 (720p with B-frames: 5; camera: 3); + 2 each.
+INSTANTIATE_TEST_SUITE_P(
+    Clips, NvdecClips,
+    ::testing::Values(ClipCase{"sample_720p.mp4", ops::PixelFormat::Nv12, ops::PixelFormat::Yuv420p, 6, 90},
+                      ClipCase{"sample_camera_1080p.mp4", ops::PixelFormat::Nv12, ops::PixelFormat::Yuv420p, 3, 60},
+                      ClipCase{"sample_hevc_720p.mp4", ops::PixelFormat::Nv12, ops::PixelFormat::Yuv420p, 7, 90},
+                      ClipCase{"sample_hevc10_camera_1080p.mp4", ops::PixelFormat::P010, ops::PixelFormat::P010, 5, 60}),
+    [](const ::testing::TestParamInfo<ClipCase>& info) {
+      std::string name = info.param.file;
+      name = name.substr(0, name.find('.'));
+      return name;
+    });
 
 TEST_F(Nvdec, FramesSubmittedAsTheyAreReadGiveTheSameTensors) {
   // As a pipeline runs: each frame is submitted as soon as it is read (two in flight), with no
@@ -275,29 +330,6 @@ TEST_F(Nvdec, HeldFramesNeverRunTheDecoderOutOfSurfaces) {
   // The clip's SPS: max_dec_frame_buffering 4 (its 4 references, reordering included); + the one being
   // decoded + 1 spare. (Every frame above equals software decoding with these 6.)
   EXPECT_EQ(source.decode_surfaces(), 6);
-}
-
-TEST_F(Nvdec, CameraStyleStreamDecodesExactlyWithItsFewSurfaces) {
-  // One reference frame, no B-frames (as IP cameras encode): 3 decode surfaces. Too few surfaces
-  // would not fail: NVIDIA's parser would overwrite a reference, and frames would decode wrong.
-  const std::filesystem::path camera = sample_clip("sample_camera_1080p.mp4");
-  if (!std::filesystem::exists(camera)) GTEST_SKIP() << camera << " not found (run tools/make_sample_clip)";
-  constexpr int kRead = 60;   // the whole clip: two GOPs
-  SourceSpec spec;
-  spec.uri = camera.string();
-  spec.max_frames = kRead;
-  VideoSource gpu(spec, "nvdec-camera", nvdec());
-  gpu.open();
-  EXPECT_EQ(gpu.decode_surfaces(), 3);
-  std::deque<DecodedFrame> held;   // a pipeline's queue and ring
-  int read = 0;
-  read_beside_software(gpu, spec, read, [&](int, DecodedFrame& f, const DecodedFrame&) {
-    held.push_back(std::move(f));
-    if (held.size() > 7) held.pop_front();
-  });
-  EXPECT_EQ(read, kRead);
-  EXPECT_EQ(gpu.decode_errors(), 0u);
-  EXPECT_EQ(gpu.decoder(), DecoderKind::Nvdec);
 }
 
 TEST_F(Nvdec, AResolutionChangeMidStreamDecodesBothSizes) {
