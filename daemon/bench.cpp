@@ -555,7 +555,29 @@ void memory_breakdown(const BenchOptions& o, const DeviceSpec& device, BenchResu
   step("all of it released");
 }
 
-//! `streams` pipelines on the clip paced at `fps` (realtime: true) for o.live_seconds.
+//! A camera that keeps reconnecting, until `stop`: the clip opened with the bench streams' decoder,
+//! BenchOptions::kChurnFrames frames read, closed again; `reopens` counts the opens. An error ends it.
+void reconnect_churn(const BenchOptions& o, const DeviceSpec& device, std::stop_token stop,
+                     std::atomic<int32_t>& reopens) {
+  PipelineSpec spec = bench_pipeline(o, 0);
+  spec.name = "reconnecting";
+  spec.source.loop = false;
+  spec.source.max_frames = BenchOptions::kChurnFrames;
+  try {
+    while (!stop.stop_requested()) {
+      VideoSource source(spec.source, spec.name, decode_options(spec, device));
+      source.open();
+      ++reopens;
+      while (!stop.stop_requested() && source.read()) {
+      }
+    }
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "bench: the reconnecting source stopped: {}\n", e.what());
+  }
+}
+
+//! `streams` pipelines on the clip paced at `fps` (realtime: true) for o.live_seconds, beside a
+//! reconnecting source when o.churn.
 LiveTrial live_trial(const BenchOptions& o, const DeviceSpec& device, int streams, double fps,
                      const MemoryReference& reference, DecodeBalancer* balancer) {
   std::vector<PipelineSpec> specs;
@@ -570,9 +592,14 @@ LiveTrial live_trial(const BenchOptions& o, const DeviceSpec& device, int stream
   LiveTrial t;
   t.streams = streams;
   MemorySampler memory(device.kind == DeviceKind::Cuda ? device.index : -1);
+  std::atomic<int32_t> reopens = 0;
+  std::optional<std::jthread> churn;
+  if (o.churn) churn.emplace([&](std::stop_token stop) { reconnect_churn(o, device, stop, reopens); });
   const auto t0 = std::chrono::steady_clock::now();
   const PipelinesRun run = run_pipelines(specs, device, fps, nullptr, balancer);
   t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  churn.reset();   // stops and joins it
+  t.reopens = reopens;
   t.memory = per_stream(memory.peak(), reference, streams);
   t.frames = run.frames;
   t.dropped = run.dropped;
@@ -868,16 +895,21 @@ std::string format_bench_table(const BenchResult& r) {
                        "frames fell due within 1 ms; latency of each stream's frames after its first {:g} s, bucket "
                        "bounds, and the exact mean):\n",
                        r.options.live_seconds, kLatencySettleS);
-    out += fmt::format("{:>8}{:>6}{:>10}{:>9}{:>10}{:>10}{:>30}{:>10}{:>16}{:>16}{:>14}{:>12}{:>12}  {}\n", "streams",
-                       "held", "frames", "dropped", "late ms", "together", "latency p50 / p99", "mean ms", "wait p99",
-                       "submit p99", "submit CPU us", "GPU MiB/st", "RSS MiB/st", "decoder");
+    if (r.options.churn)
+      out += fmt::format("beside a source that reopens the clip after every {} frames (reopens: how often; the "
+                         "memory per stream includes it)\n",
+                         BenchOptions::kChurnFrames);
+    out += fmt::format("{:>8}{:>6}{:>10}{:>9}{:>10}{:>10}{:>30}{:>10}{:>16}{:>16}{:>14}{:>12}{:>12}{:>9}  {}\n",
+                       "streams", "held", "frames", "dropped", "late ms", "together", "latency p50 / p99", "mean ms",
+                       "wait p99", "submit p99", "submit CPU us", "GPU MiB/st", "RSS MiB/st", "reopens", "decoder");
     for (const auto& t : r.live)
-      out += fmt::format("{:>8}{:>6}{:>10}{:>9}{:>10.1f}{:>10}{:>30}{:>10.3f}{:>16}{:>16}{:>14.1f}{:>12}{:>12.1f}  {}\n",
-                         t.streams, t.held ? "yes" : "no", t.frames, t.dropped, 1e3 * t.late_s, t.together,
-                         latency_text(t.latency_p50_s) + " / " + latency_text(t.latency_p99_s), 1e3 * t.latency_mean_s,
-                         latency_text(t.queue_wait_p99_s), latency_text(t.submit_p99_s), t.submit_cpu_us,
-                         t.memory.gpu_mib < 0 ? std::string("-") : fmt::format("{:.1f}", t.memory.gpu_mib),
-                         t.memory.rss_mib, t.decoder);
+      out += fmt::format(
+          "{:>8}{:>6}{:>10}{:>9}{:>10.1f}{:>10}{:>30}{:>10.3f}{:>16}{:>16}{:>14.1f}{:>12}{:>12.1f}{:>9}  {}\n",
+          t.streams, t.held ? "yes" : "no", t.frames, t.dropped, 1e3 * t.late_s, t.together,
+          latency_text(t.latency_p50_s) + " / " + latency_text(t.latency_p99_s), 1e3 * t.latency_mean_s,
+          latency_text(t.queue_wait_p99_s), latency_text(t.submit_p99_s), t.submit_cpu_us,
+          t.memory.gpu_mib < 0 ? std::string("-") : fmt::format("{:.1f}", t.memory.gpu_mib), t.memory.rss_mib,
+          r.options.churn ? std::to_string(t.reopens) : std::string("-"), t.decoder);
     out += fmt::format("most streams held: {}\n", r.live_held);
   }
   out += fmt::format("\npipeline / decode ceiling = {:.1f} % (while every stream runs: {:.1f} %)\n", 100 * r.ratio(),
@@ -911,12 +943,13 @@ std::string format_bench_json(const BenchResult& r) {
                         R"("due_together": {}, )"
                         R"("latency_p50_ms": {}, "latency_p99_ms": {}, "latency_mean_ms": {}, "latency_frames": {}, )"
                         R"("queue_wait_p99_ms": {}, "submit_p99_ms": {}, "submit_cpu_us": {}, "memory_per_stream": {}, )"
-                        R"("decoder": {}}})",
+                        R"("decoder": {}, "reopens": {}}})",
                         live.empty() ? "" : ", ", t.streams, t.held ? "true" : "false", json_number(t.seconds),
                         t.frames, t.dropped, json_number(1e3 * t.late_s), t.together, json_number(1e3 * t.latency_p50_s),
                         json_number(1e3 * t.latency_p99_s), json_number(1e3 * t.latency_mean_s), t.latency_frames,
                         json_number(1e3 * t.queue_wait_p99_s), json_number(1e3 * t.submit_p99_s),
-                        json_number(t.submit_cpu_us), memory_json(t.memory), json_string(t.decoder));
+                        json_number(t.submit_cpu_us), memory_json(t.memory), json_string(t.decoder),
+                        r.options.churn ? std::to_string(t.reopens) : std::string("null"));
   return fmt::format(
       "{{\"clip\": {}, \"frame\": {}, \"streams\": {}, \"frames_per_stream\": {}, \"device\": {}, "
       "\"outputs\": [\"classify\", \"detect\"], \"sink\": \"null\",\n"

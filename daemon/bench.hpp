@@ -41,6 +41,11 @@ struct BenchOptions {
   //! its frame rate (`realtime: true`, as a live camera), each trial `live_seconds` long.
   int32_t live_streams = 0;
   int32_t live_seconds = 4;
+  //! With live_streams: in each live trial one more source on the clip, with the streams' decoder,
+  //! opens, reads kChurnFrames frames and closes, over and over, as a camera that keeps reconnecting
+  //! (what its decoder's set-up and tear-down cost the other streams).
+  bool churn = false;
+  static constexpr int64_t kChurnFrames = 10;
   //! Hybrid decode (`decoder: auto` on a CUDA device): the streams spread over NVDEC and the cores
   //! as the daemon spreads them (DecodeBalancer, capacities below); also measures the decode
   //! ceiling with every stream on NVDEC and with every stream in software, for the ratios.
@@ -138,6 +143,7 @@ struct LiveTrial {
   int32_t together = 0;
   StreamMemory memory;                   //!< per stream, against the 1-stream run of the pipeline phase
   std::string decoder;                   //!< as PhaseResult::decoder
+  int32_t reopens = 0;                   //!< times the reconnecting source opened (BenchOptions::churn)
 };
 
 struct BenchResult {

@@ -16,12 +16,13 @@ Usage:
   framefused check-config FILE       validate a config file and exit (0 = valid)
   framefused print-default-config    print every config key with its default
   framefused bench --clip FILE [--streams N] [--frames N] [--decoder auto|nvdec|cpu]
-                   [--device auto|cpu|cuda[:N]] [--json FILE] [--live N] [--live-seconds S]
+                   [--device auto|cpu|cuda[:N]] [--json FILE] [--live N [--live-seconds S] [--churn]]
                    [--hybrid [--nvdec-fps F] [--cpu-fps F]]
                                      decode ceiling vs full pipeline on N concurrent streams
                                      (default 1 stream x 600 frames; classify + detect outputs);
                                      CUDA: executor submit cost, device times, memory per stream;
                                      --live N: the most streams (<= N) held at the clip's rate;
+                                     --churn: beside a source reopening the clip every 10 frames;
                                      --hybrid: streams spread over NVDEC and the cores, vs each alone
                                      (capacities as config `decode:`, 1080p fps; default the daemon's)
   framefused --help | --version
@@ -127,6 +128,8 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
         b.live_streams = static_cast<int32_t>(parse_int(flag, value(flag), 1, 1024, "a stream count (1-1024)"));
       } else if (flag == "--live-seconds") {
         b.live_seconds = static_cast<int32_t>(parse_int(flag, value(flag), 1, 3600, "seconds (1-3600)"));
+      } else if (flag == "--churn") {
+        b.churn = true;
       } else if (flag == "--hybrid") {
         b.hybrid = true;
       } else if (flag == "--nvdec-fps" || flag == "--cpu-fps") {
@@ -137,6 +140,7 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
       }
     }
     if (b.clip.empty()) throw std::invalid_argument("bench needs --clip FILE");
+    if (b.churn && b.live_streams == 0) throw std::invalid_argument("--churn needs --live N (it runs in the live trials)");
   } else {
     throw std::invalid_argument("unknown command '" + cmd + "' (try --help)");
   }

@@ -426,6 +426,19 @@ class DaemonTest(unittest.TestCase):
         self.assertRegex(r.stdout, r"submit CPU \d+\.\d\d us/frame")
         self.assertIn(f"{100 * result['ratio']:.1f} %", r.stdout)
 
+    def test_bench_live_trials_beside_a_reconnecting_source(self):
+        out = self.dir / "bench_churn.json"
+        r = run("bench", "--clip", str(self.clip), "--frames", "10", "--device", "cpu", "--live", "2",
+                "--live-seconds", "1", "--churn", "--json", str(out))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("beside a source that reopens the clip after every 10 frames", r.stdout)
+        trials = json.loads(out.read_text())["live"]["trials"]
+        self.assertGreaterEqual(len(trials), 2)   # 2 streams, then 80 % of the most held
+        for t in trials:
+            # 10 frames of the 320x240 clip decode in milliseconds: it reopened many times a second.
+            self.assertGreater(t["reopens"], 5, t)
+            self.assertEqual(t["frames"], 30 * t["streams"] - t["dropped"], t)
+
     def test_bench_bad_usage(self):
         r = run("bench", "--clip", str(self.dir / "no_such_clip.mp4"), "--device", "cpu")
         self.assert_one_line_error(r, r"--clip: '.*no_such_clip\.mp4': no such file")

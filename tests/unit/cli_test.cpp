@@ -44,12 +44,13 @@ TEST(Cli, BenchDefaults) {
   EXPECT_EQ(o.bench.device.kind, DeviceKind::Auto);
   EXPECT_FALSE(o.bench.json_path);
   EXPECT_FALSE(o.bench.hybrid);
+  EXPECT_FALSE(o.bench.churn);
 }
 
 TEST(Cli, BenchEveryOption) {
   const auto o = parse_cli({"bench", "--streams", "8", "--frames", "1200", "--decoder", "nvdec", "--device", "cuda:2",
                             "--json", "r.json", "--clip", "/data/x.mkv", "--live", "64", "--live-seconds", "3",
-                            "--hybrid", "--nvdec-fps", "4800", "--cpu-fps", "900"});
+                            "--churn", "--hybrid", "--nvdec-fps", "4800", "--cpu-fps", "900"});
   EXPECT_EQ(o.command, Command::Bench);
   EXPECT_EQ(o.bench.clip, "/data/x.mkv");
   EXPECT_EQ(o.bench.streams, 8);
@@ -59,6 +60,7 @@ TEST(Cli, BenchEveryOption) {
   EXPECT_EQ(o.bench.json_path, "r.json");
   EXPECT_EQ(o.bench.live_streams, 64);
   EXPECT_EQ(o.bench.live_seconds, 3);
+  EXPECT_TRUE(o.bench.churn);
   EXPECT_TRUE(o.bench.hybrid);
   EXPECT_EQ(o.bench.nvdec_fps, 4800);
   EXPECT_EQ(o.bench.cpu_fps, 900);
@@ -106,6 +108,7 @@ TEST(Cli, BadUsageIsOneLineNamingTheProblem) {
       {{"bench", "--clip", "c", "--device", "cuda:x"}, "--device: unknown device 'cuda:x'"},
       {{"bench", "--clip", "c", "--json"}, "option --json needs a value"},
       {{"bench", "--clip", "c", "--config", "a.yaml"}, "unknown option '--config' for bench"},
+      {{"bench", "--clip", "c", "--churn"}, "--churn needs --live N"},
   };
   for (const auto& c : cases) {
     std::string joined;
@@ -123,7 +126,7 @@ TEST(Cli, BadUsageIsOneLineNamingTheProblem) {
 
 TEST(Cli, UsageListsBench) {
   const std::string u = usage();
-  for (const char* flag : {"bench", "--clip", "--streams", "--frames", "--decoder", "--json"})
+  for (const char* flag : {"bench", "--clip", "--streams", "--frames", "--decoder", "--json", "--live", "--churn"})
     EXPECT_NE(u.find(flag), std::string::npos) << flag;
 }
 
