@@ -1,5 +1,6 @@
 """A real RTSP server for the integration tests: GStreamer's gst-rtsp-server (python3-gi) serving a
-synthetic live H.264 stream (videotestsrc ! x264enc ! rtph264pay) on 127.0.0.1 only.
+synthetic live H.264 stream (videotestsrc ! x264enc ! rtph264pay) at PATH and the same as HEVC
+(x265enc ! rtph265pay) at PATH265, on 127.0.0.1 only.
 
 Usage: rtsp_server.py PORT [--path /cam] [--user NAME:PASSWORD] [--size 320x240] [--fps 30]
 Prints "READY" on stdout once listening; runs until killed. With --user, clients must
@@ -30,14 +31,23 @@ def main():
     server.set_address("127.0.0.1")
     server.set_service(str(args.port))
 
-    factory = GstRtspServer.RTSPMediaFactory()
-    # A keyframe every second, SPS/PPS with every IDR: a client joining mid-stream decodes within ~1 s.
-    factory.set_launch(
-        f"( videotestsrc is-live=true pattern=ball ! video/x-raw,width={width},height={height},"
-        f"framerate={args.fps}/1 ! x264enc tune=zerolatency speed-preset=ultrafast threads=1 "
-        f"key-int-max={args.fps} ! rtph264pay name=pay0 pt=96 config-interval=-1 )")
-    # A pipeline per client: a stale session's TEARDOWN (after SIGSTOP/SIGCONT) ends only itself.
-    factory.set_shared(False)
+    # A keyframe every second, parameter sets with every IDR: a client joining mid-stream decodes
+    # within ~1 s.
+    source = (f"videotestsrc is-live=true pattern=ball ! video/x-raw,width={width},height={height},"
+              f"framerate={args.fps}/1")
+    encoders = {
+        args.path: f"x264enc tune=zerolatency speed-preset=ultrafast threads=1 key-int-max={args.fps} ! "
+                   "rtph264pay name=pay0 pt=96 config-interval=-1",
+        args.path + "265": f"x265enc tune=zerolatency speed-preset=ultrafast key-int-max={args.fps} "
+                           "option-string=pools=1:frame-threads=1 ! rtph265pay name=pay0 pt=96 config-interval=-1",
+    }
+    factories = {}
+    for path, encoder in encoders.items():
+        factory = GstRtspServer.RTSPMediaFactory()
+        factory.set_launch(f"( {source} ! {encoder} )")
+        # A pipeline per client: a stale session's TEARDOWN (after SIGSTOP/SIGCONT) ends only itself.
+        factory.set_shared(False)
+        factories[path] = factory
 
     if args.user:
         name, password = args.user.split(":", 1)
@@ -49,9 +59,11 @@ def main():
         permissions = GstRtspServer.RTSPPermissions()
         permissions.add_permission_for_role(name, "media.factory.access", True)
         permissions.add_permission_for_role(name, "media.factory.construct", True)
-        factory.set_permissions(permissions)
+        for factory in factories.values():
+            factory.set_permissions(permissions)
 
-    server.get_mount_points().add_factory(args.path, factory)
+    for path, factory in factories.items():
+        server.get_mount_points().add_factory(path, factory)
     if server.attach(None) == 0:
         sys.exit(f"rtsp_server: cannot listen on 127.0.0.1:{args.port}")
     print("READY", flush=True)

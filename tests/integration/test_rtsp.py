@@ -1,6 +1,6 @@
 """Live-source supervision end to end: framefused against a real RTSP server (GStreamer's
-gst-rtsp-server, tests/integration/rtsp_server.py) on 127.0.0.1, frozen with SIGSTOP, killed and
-restarted, while a looping realtime file keeps running next to it. Observed through /metrics and
+gst-rtsp-server, tests/integration/rtsp_server.py; H.264 and HEVC cameras) on 127.0.0.1, frozen with
+SIGSTOP, killed and restarted, while a looping realtime file keeps running next to it. Observed through /metrics and
 the daemon's log. Everything stays on loopback; every wait is bounded.
 
 Needs python3-gi and GStreamer's RTSP server (tools/bootstrap --test); without them it exits 77,
@@ -147,6 +147,7 @@ class RtspSupervisionTest(unittest.TestCase):
         sources = {
             "cam": f'{{uri: "{url}", transport: tcp, {live}}}',
             "cam_udp": f'{{uri: "{url}", transport: udp, {live}}}',
+            "cam_hevc": f'{{uri: "{url}265", transport: tcp, {live}}}',
             "file": f"{{uri: {self.clip}, loop: true, realtime: true}}",
             "dead": f'{{uri: "rtsp://127.0.0.1:{free_port()}/nothing", reconnect: {{initial: 100ms, attempts: 2}}}}',
         }
@@ -179,8 +180,8 @@ class RtspSupervisionTest(unittest.TestCase):
                 self.assertGreater(n, file_samples[-1][1], f"file pipeline stopped during: {phase}")
             file_samples.append((t, n))
 
-        # 1. Frames flow over TCP and UDP.
-        for cam in ("cam", "cam_udp"):
+        # 1. Frames flow over TCP and UDP, H.264 and HEVC.
+        for cam in ("cam", "cam_udp", "cam_hevc"):
             n0 = wait_for(f"{cam} decoding", lambda c=cam: daemon.decoded(c) > 0 and daemon.decoded(c), 20)
             wait_for(f"{cam} frames increasing", lambda c=cam, n=n0: daemon.decoded(c) > n + 5, 10)
             self.assertEqual(daemon.state(cam), "streaming")
@@ -239,8 +240,8 @@ class RtspSupervisionTest(unittest.TestCase):
                      lambda n=n_down: daemon.state("cam") == "streaming" and daemon.decoded("cam") > n + 3, 20)
             file_keeps_running(f"restart {i + 1}")
         self.assertGreaterEqual(daemon.reconnects("cam") - reconnects_before, 6)   # SIGSTOP + 5 kills
-        wait_for("cam_udp streaming after the restarts",
-                 lambda: daemon.state("cam_udp") == "streaming", 20)
+        for cam in ("cam_udp", "cam_hevc"):
+            wait_for(f"{cam} streaming after the restarts", lambda c=cam: daemon.state(c) == "streaming", 20)
         self.assertEqual(daemon.state("file"), "streaming")
 
         # Realtime file: paced at its frame rate (not as fast as it decodes), looping throughout.
