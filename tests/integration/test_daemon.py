@@ -146,6 +146,49 @@ class DaemonTest(unittest.TestCase):
         shapes = [np.load(f).shape for f in sorted((out / "g").glob("*.npy"))]
         self.assertEqual(shapes, [(8, 1, 24, 32), (8, 1, 24, 32), (4, 1, 24, 32)])
 
+    def test_ten_bit_hevc_gives_the_tensors_of_eight_bit_h264(self):
+        """A 10-bit HEVC camera (Main 10, decoded in software, read by the ops as P010) gives the tensors
+        of an 8-bit H.264 camera filming the same scene: a blurred test pattern with 10-bit detail,
+        encoded losslessly as it is and, rounded to 8 bits (Y, U, V within 1/2 LSB), as H.264."""
+        scene = "testsrc2=size=320x240:rate=30,format=yuv420p10le,gblur=sigma=1.5"
+        to_8_bits = "min(floor((val+2)/4)*4\\,1020)"   # round to the nearest 8-bit value (swscale truncates)
+        clips = {"hevc10.mp4": (scene, ["-pix_fmt", "yuv420p10le", "-c:v", "libx265", "-x265-params",
+                                        "lossless=1:pools=none:frame-threads=1:log-level=error"]),
+                 "h264.mp4": (f"{scene},lutyuv=y={to_8_bits}:u={to_8_bits}:v={to_8_bits},format=yuv420p",
+                              ["-pix_fmt", "yuv420p", "-c:v", "libx264", "-qp", "0"])}
+        for name, (graph, codec) in clips.items():
+            subprocess.run(["ffmpeg", "-v", "error", "-nostdin", "-y", "-f", "lavfi", "-i", graph, "-frames:v", "12",
+                            "-threads", "1", *codec, str(self.dir / name)], check=True)
+        raw = subprocess.run(["ffmpeg", "-v", "error", "-nostdin", "-i", str(self.dir / "hevc10.mp4"), "-f", "rawvideo",
+                              "-pix_fmt", "yuv420p10le", "-"], capture_output=True, check=True).stdout
+        self.assertGreater(float((np.frombuffer(raw, np.uint16) % 4 != 0).mean()), 0.3,
+                           "the 10-bit clip has no detail below 8 bits")
+        outputs = textwrap.indent(self.DEFAULT_OUTPUTS, " " * 6)
+        body = "http: {enabled: false}\npipelines:\n"
+        for name in clips:
+            body += (f"  - name: {name.split('.')[0]}\n    source: {{uri: {name}}}\n    outputs:\n{outputs}"
+                     f"    sink: {{type: npy, directory: {self.dir / 'out_depth' / name.split('.')[0]}}}\n")
+        cfg = self.dir / "depth.yaml"
+        cfg.write_text(body)
+        r = run("run", "--config", str(cfg), "--device", "cpu")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        # 1/2 LSB of Y, U and V reaches RGB as at most (1.164 + 2.018) / 2 = 1.6 LSB (BT.601 limited
+        # range); cls divides by std >= 0.224; thumb rounds to integers once more.
+        tolerance = {"cls": 1.6 / 255 / 0.224, "det": 1.6 / 255 + 1e-3, "thumb": 2}
+        for output, atol in tolerance.items():
+            ten = sorted((self.dir / "out_depth" / "hevc10" / output).glob("*.npy"))
+            eight = sorted((self.dir / "out_depth" / "h264" / output).glob("*.npy"))
+            self.assertEqual(len(ten), 12, output)
+            self.assertEqual([f.name for f in ten], [f.name for f in eight], output)
+            for a, b in zip(ten, eight):
+                x, y = np.load(a).astype(np.float64), np.load(b).astype(np.float64)
+                self.assertLessEqual(np.abs(x - y).max(), atol, f"{output}/{a.name}")
+                self.assertGreater(y.std(), 10 * atol, f"{output}/{a.name} is flat")
+                if output == "thumb":
+                    # The 8-bit clip's rounding (ties up) moves its mean by ~0.13 LSB; the 10-bit clip's
+                    # low bits dropped would move the 10-bit one's by another ~0.44.
+                    self.assertLess(abs((x - y).mean()), 0.3, f"{output}/{a.name}")
+
     def test_control_metadata_in_sink(self):
         out = self.dir / "out_control"
         cfg = self.pipeline_config("control.yaml", out)
