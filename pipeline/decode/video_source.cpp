@@ -43,6 +43,7 @@ std::optional<ops::PixelFormat> direct_format(AVPixelFormat f) {
     case AV_PIX_FMT_YUVJ420P: return ops::PixelFormat::Yuv420p;
     case AV_PIX_FMT_NV12: return ops::PixelFormat::Nv12;
     case AV_PIX_FMT_P010LE: return ops::PixelFormat::P010;
+    case AV_PIX_FMT_YUV420P10LE: return ops::PixelFormat::Yuv420p10;
     case AV_PIX_FMT_RGB24: return ops::PixelFormat::Rgb24;
     case AV_PIX_FMT_BGR24: return ops::PixelFormat::Bgr24;
     default: return std::nullopt;

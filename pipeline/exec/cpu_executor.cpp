@@ -1421,19 +1421,18 @@ void prefetch_row(const ops::ImageView& img, int x0, int y, const RowPlan& plan)
   const auto lines = [](const uint8_t* row, int64_t lo, int64_t hi) {
     for (int64_t i = lo & ~int64_t{63}; i <= hi; i += 64) __builtin_prefetch(row + i);
   };
-  const int64_t lo = x0 + plan.span_lo, hi = x0 + plan.span_hi, cy = y >> 1;
+  const int64_t lo = x0 + plan.span_lo, hi = x0 + plan.span_hi, cy = y >> 1, bytes = ops::sample_bytes(img.format);
   switch (img.format) {
     case ops::PixelFormat::Nv12:
-    case ops::PixelFormat::P010: {
-      const int64_t bytes = img.format == ops::PixelFormat::P010 ? 2 : 1;
+    case ops::PixelFormat::P010:
       lines(img.data[0] + int64_t(y) * img.pitch[0], lo * bytes, hi * bytes + bytes - 1);
       lines(img.data[1] + cy * img.pitch[1], (lo & ~1) * bytes, (hi | 1) * bytes + bytes - 1);
       break;
-    }
     case ops::PixelFormat::Yuv420p:
-      lines(img.data[0] + int64_t(y) * img.pitch[0], lo, hi);
-      lines(img.data[1] + cy * img.pitch[1], lo >> 1, hi >> 1);
-      lines(img.data[2] + cy * img.pitch[2], lo >> 1, hi >> 1);
+    case ops::PixelFormat::Yuv420p10:
+      lines(img.data[0] + int64_t(y) * img.pitch[0], lo * bytes, hi * bytes + bytes - 1);
+      lines(img.data[1] + cy * img.pitch[1], (lo >> 1) * bytes, (hi >> 1) * bytes + bytes - 1);
+      lines(img.data[2] + cy * img.pitch[2], (lo >> 1) * bytes, (hi >> 1) * bytes + bytes - 1);
       break;
     case ops::PixelFormat::Rgb24:
     case ops::PixelFormat::Bgr24:

@@ -33,6 +33,7 @@ bool pooled(AVPixelFormat f) {
     case AV_PIX_FMT_YUVJ420P:
     case AV_PIX_FMT_NV12:
     case AV_PIX_FMT_P010LE:
+    case AV_PIX_FMT_YUV420P10LE:
     case AV_PIX_FMT_RGB24:
     case AV_PIX_FMT_BGR24: return true;
     default: return false;

@@ -127,6 +127,8 @@ struct FrameReader {
     const uint8_t* row = img.data[0] + static_cast<int64_t>(y) * img.pitch[0];
     if constexpr (F == PixelFormat::P010) {
       return float(reinterpret_cast<const uint16_t*>(row)[x]) * (1.f / 256.f);
+    } else if constexpr (F == PixelFormat::Yuv420p10) {
+      return float(reinterpret_cast<const uint16_t*>(row)[x]) * 0.25f;
     } else {
       return float(row[x]);
     }
@@ -143,6 +145,9 @@ struct FrameReader {
           reinterpret_cast<const uint16_t*>(img.data[1] + static_cast<int64_t>(cy) * img.pitch[1]) + 2 * cx;
       u = float(p[0]) * (1.f / 256.f);
       v = float(p[1]) * (1.f / 256.f);
+    } else if constexpr (F == PixelFormat::Yuv420p10) {
+      u = float(reinterpret_cast<const uint16_t*>(img.data[1] + static_cast<int64_t>(cy) * img.pitch[1])[cx]) * 0.25f;
+      v = float(reinterpret_cast<const uint16_t*>(img.data[2] + static_cast<int64_t>(cy) * img.pitch[2])[cx]) * 0.25f;
     } else {
       u = float(img.data[1][static_cast<int64_t>(cy) * img.pitch[1] + cx]);
       v = float(img.data[2][static_cast<int64_t>(cy) * img.pitch[2] + cx]);

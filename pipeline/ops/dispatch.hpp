@@ -16,6 +16,7 @@ decltype(auto) dispatch_format(PixelFormat f, Fn&& fn) {
     case PixelFormat::P010: return fn(FormatTag<PixelFormat::P010>{});
     case PixelFormat::Yuv420p: return fn(FormatTag<PixelFormat::Yuv420p>{});
     case PixelFormat::Rgb24: return fn(FormatTag<PixelFormat::Rgb24>{});
+    case PixelFormat::Yuv420p10: return fn(FormatTag<PixelFormat::Yuv420p10>{});
     case PixelFormat::Bgr24: break;
   }
   return fn(FormatTag<PixelFormat::Bgr24>{});

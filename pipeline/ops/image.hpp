@@ -10,7 +10,8 @@ namespace framefuse::ops {
 //!  P010:    like NV12 with u16 samples, value in the high 10 bits (NVDEC 10-bit output).
 //!  Yuv420p: planes Y, U, V (u8), chroma 2x2 subsampled (software decode; also YUVJ420P).
 //!  Rgb24 / Bgr24: one packed plane, 3 bytes per pixel.
-enum class PixelFormat : uint8_t { Nv12, P010, Yuv420p, Rgb24, Bgr24 };
+//!  Yuv420p10: like Yuv420p with u16 samples, value in the low 10 bits (software 10-bit decode).
+enum class PixelFormat : uint8_t { Nv12, P010, Yuv420p, Rgb24, Bgr24, Yuv420p10 };
 
 enum class ColorMatrix : uint8_t { Bt601, Bt709 };
 enum class ColorRange : uint8_t { Limited, Full };
@@ -38,8 +39,12 @@ struct PlaneShape {
   int32_t row_bytes, rows;
 };
 
+//! Bytes per sample: 2 for the 10-bit formats (u16 samples), 1 otherwise.
+constexpr int sample_bytes(PixelFormat f) { return f == PixelFormat::P010 || f == PixelFormat::Yuv420p10 ? 2 : 1; }
+
 constexpr int plane_count(PixelFormat f) {
-  return f == PixelFormat::Yuv420p ? 3 : (f == PixelFormat::Rgb24 || f == PixelFormat::Bgr24 ? 1 : 2);
+  if (f == PixelFormat::Yuv420p || f == PixelFormat::Yuv420p10) return 3;
+  return f == PixelFormat::Rgb24 || f == PixelFormat::Bgr24 ? 1 : 2;
 }
 
 constexpr PlaneShape plane_shape(PixelFormat f, int32_t w, int32_t h, int i) {
@@ -48,6 +53,7 @@ constexpr PlaneShape plane_shape(PixelFormat f, int32_t w, int32_t h, int i) {
     case PixelFormat::Nv12: return i == 0 ? PlaneShape{w, h} : PlaneShape{2 * cw, ch};
     case PixelFormat::P010: return i == 0 ? PlaneShape{2 * w, h} : PlaneShape{4 * cw, ch};
     case PixelFormat::Yuv420p: return i == 0 ? PlaneShape{w, h} : PlaneShape{cw, ch};
+    case PixelFormat::Yuv420p10: return i == 0 ? PlaneShape{2 * w, h} : PlaneShape{2 * cw, ch};
     case PixelFormat::Rgb24:
     case PixelFormat::Bgr24: break;
   }

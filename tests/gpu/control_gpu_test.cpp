@@ -539,6 +539,7 @@ TEST(GpuControlFused, ThumbnailAndRecordsEqualTheCpuOnEveryFormat) {
       {ops::PixelFormat::Nv12, 1920, 1080, ops::ColorRange::Limited}, {ops::PixelFormat::Nv12, 640, 360, ops::ColorRange::Full},
       {ops::PixelFormat::P010, 1280, 720, ops::ColorRange::Limited},  {ops::PixelFormat::Yuv420p, 333, 201, ops::ColorRange::Full},
       {ops::PixelFormat::Yuv420p, 100, 50, ops::ColorRange::Limited}, {ops::PixelFormat::Bgr24, 641, 359, ops::ColorRange::Full},
+      {ops::PixelFormat::Yuv420p10, 1280, 720, ops::ColorRange::Limited},
   };
   const cuda::Stream stream = cuda::make_stream();
   uint32_t seed = 900;

@@ -27,12 +27,16 @@ HostImage random_image(ops::PixelFormat format, int32_t width, int32_t height, u
   std::uniform_int_distribution<int> byte(0, 255);
   for (int i = 0; i < ops::plane_count(format); ++i) {
     const auto s = ops::plane_shape(format, width, height, i);
-    // P010 rows hold u16 samples: keep the pitch even so every row stays 2-byte aligned.
-    const int32_t pitch = s.row_bytes + (format == ops::PixelFormat::P010 ? (pad + 1) & ~1 : pad);
+    // 10-bit rows hold u16 samples: keep the pitch even so every row stays 2-byte aligned.
+    const int32_t pitch = s.row_bytes + (ops::sample_bytes(format) == 2 ? (pad + 1) & ~1 : pad);
     std::vector<uint8_t> plane(size_t(pitch) * s.rows);
     for (auto& b : plane) b = static_cast<uint8_t>(byte(rng));
-    if (format == ops::PixelFormat::P010) {   // little-endian u16: low byte keeps only 2 bits
+    // Little-endian u16 with 10 significant bits: P010's low byte keeps only its top 2 bits,
+    // Yuv420p10's high byte only its bottom 2.
+    if (format == ops::PixelFormat::P010) {
       for (size_t j = 0; j + 1 < plane.size(); j += 2) plane[j] &= 0xC0;
+    } else if (format == ops::PixelFormat::Yuv420p10) {
+      for (size_t j = 0; j + 1 < plane.size(); j += 2) plane[j + 1] &= 0x03;
     }
     img.planes.push_back(std::move(plane));
     img.pitch.push_back(pitch);

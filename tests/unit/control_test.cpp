@@ -301,6 +301,7 @@ std::vector<double> reference_thumbnail(const test::HostImage& img, bool limited
     const uint8_t* row = img.planes[0].data() + size_t(y) * img.pitch[0];
     switch (img.format) {
       case ops::PixelFormat::P010: return (row[2 * x] | row[2 * x + 1] << 8) / 256.0;
+      case ops::PixelFormat::Yuv420p10: return (row[2 * x] | row[2 * x + 1] << 8) / 4.0;
       case ops::PixelFormat::Rgb24: return 0.299 * row[3 * x] + 0.587 * row[3 * x + 1] + 0.114 * row[3 * x + 2];
       case ops::PixelFormat::Bgr24: return 0.299 * row[3 * x + 2] + 0.587 * row[3 * x + 1] + 0.114 * row[3 * x];
       default: return row[x];
@@ -334,6 +335,7 @@ TEST(Thumbnail, MatchesItsDefinitionOnEveryFormatAndRange) {
       {ops::PixelFormat::P010, 1280, 720, ops::ColorRange::Limited},  {ops::PixelFormat::Yuv420p, 333, 201, ops::ColorRange::Full},
       {ops::PixelFormat::Yuv420p, 100, 50, ops::ColorRange::Limited}, {ops::PixelFormat::Rgb24, 320, 180, ops::ColorRange::Full},
       {ops::PixelFormat::Bgr24, 641, 359, ops::ColorRange::Limited},   // RGB is full range whatever the stream says
+      {ops::PixelFormat::Yuv420p10, 1920, 1080, ops::ColorRange::Limited},
   };
   uint32_t seed = 70;
   for (const Case& c : cases) {

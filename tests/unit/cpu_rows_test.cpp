@@ -68,7 +68,7 @@ void expect_rows_equal_pixels(const Case& c) {
   std::vector<ops::ImageView> views;
   for (int b = 0; b < c.batch; ++b)
     frames.push_back(
-        test::random_image(c.format, c.fw, c.fh, c.seed * 131u + b, c.format == PixelFormat::P010 ? 4 : 3));
+        test::random_image(c.format, c.fw, c.fh, c.seed * 131u + b, ops::sample_bytes(c.format) == 2 ? 4 : 3));
   for (const auto& f : frames) views.push_back(f.view());
   FrameInfo fi = test::frame_info(frames[0], ops::ColorMatrix::Bt709, ops::ColorRange::Limited);
   fi.chroma_location = c.location;
@@ -142,6 +142,10 @@ TEST(CpuRows, TableOfRatiosAndStores) {
       {PixelFormat::Bgr24, 59, 201, ChromaUpsample::Nearest, ChromaLocation::Left,
        {output("tall", 40, 150, Interp::Linear, DType::F16, Layout::Chw, ChannelOrder::Bgr, AspectMode::Letterbox)},
        3, 2, 5u},
+      {PixelFormat::Yuv420p10, 97, 61, ChromaUpsample::Nearest, ChromaLocation::Left,
+       {output("box", 31, 20, Interp::Area, DType::F32, Layout::Chw),
+        output("lin", 150, 90, Interp::Linear, DType::U8, Layout::Hwc, ChannelOrder::Bgr, AspectMode::Letterbox)},
+       2, 2, 6u},
   };
   for (const Case& c : cases) expect_rows_equal_pixels(c);
 }
@@ -151,7 +155,7 @@ TEST(CpuRows, SeededRandomPipelines) {
   const auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint32_t>(n)); };
   for (uint32_t i = 0; i < 60; ++i) {
     Case c{};
-    c.format = static_cast<PixelFormat>(pick(5));
+    c.format = static_cast<PixelFormat>(pick(6));
     c.fw = 8 + pick(150);
     c.fh = 8 + pick(120);
     c.upsample = static_cast<ChromaUpsample>(pick(2));

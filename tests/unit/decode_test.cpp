@@ -235,11 +235,15 @@ const FormatCase kFormatCases[] = {
        for (uint8_t v : r) rgb.insert(rgb.end(), 3, v);
        return Planes{rgb};
      }, 0},
-    // 10-bit 4:2:0 becomes P010 (value in the high bits, U and V interleaved).
-    {"yuv420p10le", ops::PixelFormat::P010, 2 * (W * H + 2 * CW * CH),
+    // 10-bit 4:2:0 as software decoders write it (little-endian, value in the low bits) as it is.
+    {"yuv420p10le", ops::PixelFormat::Yuv420p10, 2 * (W * H + 2 * CW * CH),
      [](auto& r) { for (size_t i = 1; i < r.size(); i += 2) r[i] &= 0x03; },
+     [](const auto& r) { return split(r, ops::PixelFormat::Yuv420p10); }, 0},
+    // Other 10-bit 4:2:0 layouts become P010 (value in the high bits, U and V interleaved).
+    {"yuv420p10be", ops::PixelFormat::P010, 2 * (W * H + 2 * CW * CH),
+     [](auto& r) { for (size_t i = 0; i < r.size(); i += 2) r[i] &= 0x03; },
      [](const auto& r) {
-       auto sample = [&](size_t i) { return uint16_t((r[2 * i] | r[2 * i + 1] << 8) << 6); };
+       auto sample = [&](size_t i) { return uint16_t((r[2 * i] << 8 | r[2 * i + 1]) << 6); };
        Planes p(2);
        for (size_t i = 0; i < size_t(W) * H; ++i) p[0].insert(p[0].end(), {uint8_t(sample(i)), uint8_t(sample(i) >> 8)});
        const size_t u0 = size_t(W) * H, v0 = u0 + size_t(CW) * CH;

@@ -176,8 +176,8 @@ void expect_fused_equals_composed(const Scenario& s, int threads) {
   std::vector<test::HostImage> frames;
   std::vector<ops::ImageView> views;
   for (int b = 0; b < s.batch; ++b) {
-    // P010 rows hold u16 samples: keep pitches even as real frames have them.
-    const int pad = s.format == PixelFormat::P010 ? 4 : 3;
+    // 10-bit rows hold u16 samples: keep pitches even as real frames have them.
+    const int pad = ops::sample_bytes(s.format) == 2 ? 4 : 3;
     frames.push_back(test::random_image(s.format, s.fw, s.fh, s.seed * 7919u + b, pad));
   }
   for (const auto& f : frames) views.push_back(f.view());
@@ -286,6 +286,13 @@ const Combo kCombos[] = {
        s.aspect = AspectMode::CenterCropFill;
        s.interp = Interp::Nearest;
        s.channels = ChannelOrder::Bgr;
+       s.dtype = DType::F16;
+     }},
+    {"yuv420p10_linear_letterbox_f16", PixelFormat::Yuv420p10, 75, 43, ChromaUpsample::Linear, ChromaLocation::Left,
+     [](OutputSpec& s) {
+       s.crop = {3, 2, 61, 39, false};
+       s.resize = {48, 48, 0};
+       s.aspect = AspectMode::Letterbox;
        s.dtype = DType::F16;
      }},
     {"yuv420p_area_up_gray_f32", PixelFormat::Yuv420p, 33, 17, ChromaUpsample::Linear, ChromaLocation::TopLeft,

@@ -184,20 +184,21 @@ std::array<double, 3> ref_rgb(double y, double u, double v, const RefColor& c) {
   return {std::clamp(r, 0.0, 255.0), std::clamp(g, 0.0, 255.0), std::clamp(b, 0.0, 255.0)};
 }
 
-//! Sample k of a row of a plane, on the 8-bit scale (P010: u16 with the value in the high 10 bits).
+//! Sample k of a row of a plane, on the 8-bit scale (P010: u16 with the value in the high 10 bits;
+//! Yuv420p10: in the low 10 bits).
 double ref_sample(const test::HostImage& img, int plane, int x, int y, int k, int step) {
   const uint8_t* row = img.planes[plane].data() + size_t(y) * img.pitch[plane];
-  if (img.format == PixelFormat::P010) {
+  if (ops::sample_bytes(img.format) == 2) {
     uint16_t s;
     std::memcpy(&s, row + 2 * (step * x + k), 2);
-    return (s >> 6) / 4.0;
+    return (img.format == PixelFormat::P010 ? s >> 6 : s) / 4.0;
   }
   return row[step * x + k];
 }
 
 //! Cb, Cr of chroma sample (i, j).
 std::array<double, 2> ref_chroma(const test::HostImage& img, int i, int j) {
-  if (img.format == PixelFormat::Yuv420p) return {ref_sample(img, 1, i, j, 0, 1), ref_sample(img, 2, i, j, 0, 1)};
+  if (ops::plane_count(img.format) == 3) return {ref_sample(img, 1, i, j, 0, 1), ref_sample(img, 2, i, j, 0, 1)};
   return {ref_sample(img, 1, i, j, 0, 2), ref_sample(img, 1, i, j, 1, 2)};
 }
 
@@ -238,13 +239,13 @@ template <class Tag>
 class ReaderTest : public testing::Test {};
 using AllFormats = testing::Types<ops::FormatTag<PixelFormat::Nv12>, ops::FormatTag<PixelFormat::P010>,
                                   ops::FormatTag<PixelFormat::Yuv420p>, ops::FormatTag<PixelFormat::Rgb24>,
-                                  ops::FormatTag<PixelFormat::Bgr24>>;
+                                  ops::FormatTag<PixelFormat::Bgr24>, ops::FormatTag<PixelFormat::Yuv420p10>>;
 TYPED_TEST_SUITE(ReaderTest, AllFormats);
 
 TYPED_TEST(ReaderTest, MatchesDoubleReferenceForEveryColourSetting) {
   constexpr PixelFormat F = TypeParam::value;
   for (const auto [w, h] : {std::pair{13, 9}, std::pair{16, 8}, std::pair{1, 1}}) {
-    // Even row padding: P010 rows hold u16 samples, so real pitches are even.
+    // Even row padding: 10-bit rows hold u16 samples, so real pitches are even.
     const test::HostImage img = test::random_image(F, w, h, 500u + 37u * w + static_cast<uint32_t>(F), 4);
     for (const auto m : {ops::ColorMatrix::Bt601, ops::ColorMatrix::Bt709}) {
       for (const auto r : {ops::ColorRange::Limited, ops::ColorRange::Full}) {

@@ -360,6 +360,8 @@ TEST(Plan, DescribeFrame) {
   fi = frame(640, 480, ops::PixelFormat::P010);
   fi.range = ops::ColorRange::Full;
   EXPECT_EQ(describe(fi), "640x480 p010 bt601/full");
+  fi.format = ops::PixelFormat::Yuv420p10;
+  EXPECT_EQ(describe(fi), "640x480 yuv420p10 bt601/full");
 }
 
 }  // namespace
