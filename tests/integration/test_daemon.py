@@ -147,9 +147,10 @@ class DaemonTest(unittest.TestCase):
         self.assertEqual(shapes, [(8, 1, 24, 32), (8, 1, 24, 32), (4, 1, 24, 32)])
 
     def test_ten_bit_hevc_gives_the_tensors_of_eight_bit_h264(self):
-        """A 10-bit HEVC camera (Main 10, decoded in software, read by the ops as P010) gives the tensors
-        of an 8-bit H.264 camera filming the same scene: a blurred test pattern with 10-bit detail,
-        encoded losslessly as it is and, rounded to 8 bits (Y, U, V within 1/2 LSB), as H.264."""
+        """A 10-bit HEVC camera (Main 10, decoded in software into yuv420p10 frames the ops read as they
+        are) gives the tensors of an 8-bit H.264 camera filming the same scene: a blurred test pattern
+        with 10-bit detail, encoded losslessly as it is and, rounded to 8 bits (Y, U, V within 1/2 LSB),
+        as H.264."""
         scene = "testsrc2=size=320x240:rate=30,format=yuv420p10le,gblur=sigma=1.5"
         to_8_bits = "min(floor((val+2)/4)*4\\,1020)"   # round to the nearest 8-bit value (swscale truncates)
         clips = {"hevc10.mp4": (scene, ["-pix_fmt", "yuv420p10le", "-c:v", "libx265", "-x265-params",
