@@ -1,6 +1,7 @@
 //! PipelineRunner on a CUDA device under stress, through its public API: 64 pipelines sharing one
 //! GPU (software decode of the sample clip), a resolution change mid-stream (the 720p and 1080p
-//! sample clips spliced into one MPEG-TS), and a stop with frames in flight. Outputs are checked
+//! sample clips spliced into one MPEG-TS; H.264, and HEVC going from 8 to 10 bits), and a stop with
+//! frames in flight. Outputs are checked
 //! against the same pipeline on the CPU executor (the tolerances of gpu_support.hpp); device memory
 //! (cudaMemGetInfo, through gpu_memory()) must stay bounded while they run and come back after.
 //! Skipped where the sample clips were not made (tools/make_sample_clip): own ctest entry.
@@ -172,10 +173,12 @@ TEST_F(GpuEngine, SixtyFourPipelinesShareOneGpuAndGiveItsMemoryBack) {
                                   << double(grown) / kMiB << " MiB more after the third";
 }
 
-TEST_F(GpuEngine, AResolutionChangeMidStreamReplansTheCudaExecutor) {
+TEST_F(GpuEngine, AResolutionOrBitDepthChangeMidStreamReplansTheCudaExecutor) {
+  // 720p then 1080p: H.264 staying 8-bit, HEVC going from Main to Main 10 (decoded in software into
+  // the pinned pool: yuv420p frames, then yuv420p10 ones of twice the bytes).
   constexpr int kFrames = 10;   // per clip
-  const fs::path spliced = dir.path / "720p+1080p.ts";
-  concat_as_mpegts(std::vector<fs::path>{sample_clip("sample_720p.mp4"), sample_clip("sample_1080p.mp4")}, spliced, kFrames);
+  const std::pair<const char*, const char*> splices[] = {{"sample_720p.mp4", "sample_1080p.mp4"},
+                                                         {"sample_hevc_720p.mp4", "sample_hevc10_camera_1080p.mp4"}};
   OutputSpec full;   // no resize: the tensor has the frame's size
   full.name = "full";
   full.channels = ChannelOrder::Gray;
@@ -183,29 +186,37 @@ TEST_F(GpuEngine, AResolutionChangeMidStreamReplansTheCudaExecutor) {
   full.layout = ops::Layout::Hwc;
   full.dtype = ops::DType::U8;
   const std::vector<OutputSpec> outputs{full, workloads::classify_spec()};
-  auto spec = [&](const std::string& name) {
-    PipelineSpec p = pipeline(name, spliced, outputs, -1);
-    p.sink.kind = SinkKind::Npy;
-    p.sink.directory = (dir.path / name).string();
-    p.sink.frames_per_file = 1;
-    return p;
-  };
-  const PipelineSnapshot s = run_alone(spec("gpu"), kGpu);
-  EXPECT_EQ(s.last_error, "");
-  EXPECT_EQ(s.state, SourceState::Finished);
-  EXPECT_EQ(s.frames_decoded, uint64_t(2 * kFrames));
-  EXPECT_EQ(s.frames_processed, uint64_t(2 * kFrames));
-  EXPECT_EQ(total_dropped(s), 0u);
-  EXPECT_EQ(s.frame.substr(0, 10), "1920x1080 ") << s.frame;
-  ASSERT_EQ(run_alone(spec("cpu"), kCpu).frames_processed, uint64_t(2 * kFrames));
-  const auto got = read_files(dir.path / "gpu");
-  for (int64_t i = 0; i < 2 * kFrames; ++i) {
-    const auto name = fmt::format("full/{:08d}.npy", i);
-    ASSERT_TRUE(got.contains(name)) << name;
-    EXPECT_EQ(npy_shape(got.at(name)), (i < kFrames ? std::vector<int64_t>{720, 1280, 1} : std::vector<int64_t>{1080, 1920, 1}))
-        << name;
+  for (const auto& [first, second] : splices) {
+    SCOPED_TRACE(std::string(first) + " then " + second);
+    if (!fs::exists(sample_clip(first)) || !fs::exists(sample_clip(second)))
+      GTEST_SKIP() << first << " or " << second << " not found (run tools/make_sample_clip)";
+    const fs::path spliced = dir.path / (std::string(first) + "+" + second + ".ts");
+    concat_as_mpegts(std::vector<fs::path>{sample_clip(first), sample_clip(second)}, spliced, kFrames);
+    auto spec = [&](const std::string& name) {
+      PipelineSpec p = pipeline(name, spliced, outputs, -1);
+      p.sink.kind = SinkKind::Npy;
+      p.sink.directory = (dir.path / spliced.stem() / name).string();
+      p.sink.frames_per_file = 1;
+      return p;
+    };
+    const PipelineSnapshot s = run_alone(spec("gpu"), kGpu);
+    EXPECT_EQ(s.last_error, "");
+    EXPECT_EQ(s.state, SourceState::Finished);
+    EXPECT_EQ(s.frames_decoded, uint64_t(2 * kFrames));
+    EXPECT_EQ(s.frames_processed, uint64_t(2 * kFrames));
+    EXPECT_EQ(total_dropped(s), 0u);
+    EXPECT_EQ(s.frame.substr(0, 10), "1920x1080 ") << s.frame;
+    ASSERT_EQ(run_alone(spec("cpu"), kCpu).frames_processed, uint64_t(2 * kFrames));
+    const auto got = read_files(dir.path / spliced.stem() / "gpu");
+    for (int64_t i = 0; i < 2 * kFrames; ++i) {
+      const auto name = fmt::format("full/{:08d}.npy", i);
+      ASSERT_TRUE(got.contains(name)) << name;
+      EXPECT_EQ(npy_shape(got.at(name)),
+                (i < kFrames ? std::vector<int64_t>{720, 1280, 1} : std::vector<int64_t>{1080, 1920, 1}))
+          << name;
+    }
+    expect_outputs_match(got, read_files(dir.path / spliced.stem() / "cpu"), outputs);
   }
-  expect_outputs_match(got, read_files(dir.path / "cpu"), outputs);
 }
 
 struct StopCase {

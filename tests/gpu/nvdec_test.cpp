@@ -4,7 +4,8 @@
 //! tensors through the CUDA executor (NVDEC frames read in place vs pinned pool frames vs staged host
 //! frames). On the 720p H.264 clip: frames submitted as they are read, one shared CUDA context for
 //! every decoder of a GPU, a looped clip that keeps its decoder, a consumer holding more frames than
-//! NVDEC has surfaces, and a resolution change. Skipped where the clips have not been made.
+//! NVDEC has surfaces, and a change of resolution (and of bit depth, HEVC) mid-stream. Skipped where
+//! the clips have not been made.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -351,27 +352,42 @@ TEST_F(Nvdec, HeldFramesNeverRunTheDecoderOutOfSurfaces) {
   EXPECT_EQ(source.decode_surfaces(), 6);
 }
 
-TEST_F(Nvdec, AResolutionChangeMidStreamDecodesBothSizes) {
+TEST_F(Nvdec, AResolutionOrBitDepthChangeMidStreamDecodesBoth) {
   // 720p, then 1080p in one MPEG-TS (each segment with its own parameter sets): NVDEC sets itself
-  // up again for the larger sequence, in a frames pool of its size, and every frame equals software.
+  // up again for the new sequence, in a frames pool of its size and format, and every frame equals
+  // software. H.264 staying 8-bit; HEVC going from Main (NV12) to Main 10 (P010).
+  struct Splice {
+    const char* first;
+    const char* second;
+    ops::PixelFormat after;   //!< NVDEC's format in the second segment (NV12 in the first)
+  };
+  const Splice splices[] = {{"sample_720p.mp4", "sample_1080p.mp4", ops::PixelFormat::Nv12},
+                            {"sample_hevc_720p.mp4", "sample_hevc10_camera_1080p.mp4", ops::PixelFormat::P010}};
   constexpr int kEach = 10;
   TempDir dir("framefuse_nvdec_splice");
-  const std::filesystem::path spliced = dir.path / "720p+1080p.ts";
-  concat_as_mpegts(std::vector<std::filesystem::path>{clip, sample_clip("sample_1080p.mp4")}, spliced, kEach);
-  SourceSpec spec;
-  spec.uri = spliced.string();
-  VideoSource gpu(spec, "nvdec-splice", nvdec());
-  gpu.open();
-  int read = 0;
-  read_beside_software(gpu, spec, read, [&](int i, const DecodedFrame& f, const DecodedFrame& reference) {
-    EXPECT_EQ(f.memory, FrameMemory::Device) << "frame " << i;
-    EXPECT_EQ(f.info.width, i < kEach ? 1280 : 1920) << "frame " << i;
-    EXPECT_EQ(f.info.width, reference.info.width) << "frame " << i;
-    EXPECT_EQ(f.info.height, reference.info.height) << "frame " << i;
-  });
-  EXPECT_EQ(read, 2 * kEach);
-  EXPECT_EQ(gpu.decode_errors(), 0u);
-  EXPECT_EQ(gpu.decoder(), DecoderKind::Nvdec);
+  for (const Splice& s : splices) {
+    SCOPED_TRACE(std::string(s.first) + " then " + s.second);
+    const std::filesystem::path first = sample_clip(s.first), second = sample_clip(s.second);
+    if (!std::filesystem::exists(first) || !std::filesystem::exists(second))
+      GTEST_SKIP() << s.first << " or " << s.second << " not found (run tools/make_sample_clip)";
+    const std::filesystem::path spliced = dir.path / (std::string(s.first) + "+" + s.second + ".ts");
+    concat_as_mpegts(std::vector<std::filesystem::path>{first, second}, spliced, kEach);
+    SourceSpec spec;
+    spec.uri = spliced.string();
+    VideoSource gpu(spec, "nvdec-splice", nvdec());
+    gpu.open();
+    int read = 0;
+    read_beside_software(gpu, spec, read, [&](int i, const DecodedFrame& f, const DecodedFrame& reference) {
+      EXPECT_EQ(f.memory, FrameMemory::Device) << "frame " << i;
+      EXPECT_EQ(f.info.width, i < kEach ? 1280 : 1920) << "frame " << i;
+      EXPECT_EQ(f.info.format, i < kEach ? ops::PixelFormat::Nv12 : s.after) << "frame " << i;
+      EXPECT_EQ(f.info.width, reference.info.width) << "frame " << i;
+      EXPECT_EQ(f.info.height, reference.info.height) << "frame " << i;
+    });
+    EXPECT_EQ(read, 2 * kEach);
+    EXPECT_EQ(gpu.decode_errors(), 0u);
+    EXPECT_EQ(gpu.decoder(), DecoderKind::Nvdec);
+  }
 }
 
 TEST_F(Nvdec, DecodersShareOneContextPerGpu) {

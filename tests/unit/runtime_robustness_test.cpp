@@ -1,5 +1,5 @@
 // PipelineRunner under stress, through its public API only: a resolution change mid-stream (clips
-// of two sizes spliced into one MPEG-TS), the frame pool running dry under each policy (files
+// of two sizes spliced into one MPEG-TS; also HEVC going from 8 to 10 bits), the frame pool running dry under each policy (files
 // wait, live sources drop the oldest frame and count it), a stop while the queue and the pool are
 // full, and many pipelines at once. Every frame is accounted for: decoded = processed + dropped.
 // The oracle of a re-setup is a fresh pipeline: outputs after the switch must equal, byte for
@@ -87,14 +87,21 @@ class RuntimeRobustness : public ::testing::Test {
     if (!test::have_ffmpeg()) GTEST_SKIP() << "ffmpeg CLI not found";
   }
 
-  //! An H.264 clip (B-frames, 4 reference frames: the decoder keeps frames of its own) as MPEG-TS.
-  fs::path clip(int w, int h, int frames) {
-    const fs::path mp4 = dir.path / fmt::format("clip_{}x{}_{}.mp4", w, h, frames);
-    const fs::path ts = dir.path / fmt::format("clip_{}x{}_{}.ts", w, h, frames);
+  enum class Codec { H264, Hevc, Hevc10 };
+  //! An H.264 clip (B-frames, 4 reference frames: the decoder keeps frames of its own) as MPEG-TS;
+  //! or the same as HEVC, 8-bit (Main) or 10-bit (Main 10).
+  fs::path clip(int w, int h, int frames, Codec codec = Codec::H264) {
+    static constexpr const char* kNames[] = {"h264", "hevc", "hevc10"};
+    const std::string name = fmt::format("clip_{}x{}_{}_{}", w, h, frames, kNames[int(codec)]);
+    const fs::path mp4 = dir.path / (name + ".mp4"), ts = dir.path / (name + ".ts");
     if (!fs::exists(ts)) {
-      test::ffmpeg(fmt::format("-f lavfi -i testsrc2=size={}x{}:rate=25 -frames:v {} -c:v libx264 -threads 1 "
-                               "-preset ultrafast -bf 2 -refs 4 -g 12 -pix_fmt yuv420p {}",
-                               w, h, frames, mp4.string()));
+      const std::string x265 = "-c:v libx265 -preset ultrafast "
+                               "-x265-params pools=none:frame-threads=1:log-level=error:bframes=2:ref=4:keyint=12";
+      const std::string args = codec == Codec::H264 ? "-c:v libx264 -threads 1 -preset ultrafast -bf 2 -refs 4 -g 12 -pix_fmt yuv420p"
+                               : codec == Codec::Hevc ? x265 + " -pix_fmt yuv420p"
+                                                      : x265 + " -pix_fmt yuv420p10le";
+      test::ffmpeg(fmt::format("-f lavfi -i testsrc2=size={}x{}:rate=25 -frames:v {} {} {}", w, h, frames, args,
+                               mp4.string()));
       test::concat_as_mpegts(std::vector<fs::path>{mp4}, ts);
     }
     return ts;
@@ -136,6 +143,7 @@ struct ResolutionCase {
   const char* name;
   int32_t frames_per_file;
   bool control;
+  bool ten_bit_after;   //!< HEVC, 8-bit then 10-bit (Main, then Main 10): the pixel format changes too
 };
 void PrintTo(const ResolutionCase& c, std::ostream* os) { *os << c.name; }
 
@@ -144,7 +152,9 @@ class RuntimeResolutionChange : public RuntimeRobustness, public ::testing::With
 TEST_P(RuntimeResolutionChange, EveryFrameIsProcessedAndTheOutputsAreReplannedAtTheSwitch) {
   const ResolutionCase& c = GetParam();
   constexpr int kFrames = 12;   // per clip
-  const fs::path a = clip(320, 240, kFrames), b = clip(480, 270, kFrames), ab = spliced(a, b);
+  using enum Codec;
+  const fs::path a = clip(320, 240, kFrames, c.ten_bit_after ? Hevc : H264),
+                 b = clip(480, 270, kFrames, c.ten_bit_after ? Hevc10 : H264), ab = spliced(a, b);
   // "fixed" keeps its shape across the switch; "short" (torchvision Resize(36)) follows the aspect.
   const std::vector<OutputSpec> outputs{output("fixed", {64, 48, 0}, ops::DType::F32, ops::Layout::Chw),
                                         output("short", {0, 0, 36}, ops::DType::U8, ops::Layout::Hwc)};
@@ -170,7 +180,7 @@ TEST_P(RuntimeResolutionChange, EveryFrameIsProcessedAndTheOutputsAreReplannedAt
   EXPECT_EQ(s.frames_processed, uint64_t(2 * kFrames));
   EXPECT_EQ(total_dropped(s), 0u);
   EXPECT_EQ(s.decode_errors, 0u);
-  EXPECT_EQ(s.frame.substr(0, 8), "480x270 ") << s.frame;
+  EXPECT_EQ(s.frame.substr(0, 16), c.ten_bit_after ? "480x270 yuv420p1" : "480x270 yuv420p ") << s.frame;
   ASSERT_EQ(run(a, "a").frames_processed, uint64_t(kFrames));
   ASSERT_EQ(run(b, "b").frames_processed, uint64_t(kFrames));
 
@@ -213,8 +223,9 @@ TEST_P(RuntimeResolutionChange, EveryFrameIsProcessedAndTheOutputsAreReplannedAt
 }
 
 INSTANTIATE_TEST_SUITE_P(Sinks, RuntimeResolutionChange,
-                         ::testing::Values(ResolutionCase{"one_frame_per_file", 1, false},
-                                           ResolutionCase{"stacked_with_control", 5, true}),
+                         ::testing::Values(ResolutionCase{"one_frame_per_file", 1, false, false},
+                                           ResolutionCase{"stacked_with_control", 5, true, false},
+                                           ResolutionCase{"to_10_bit_hevc_stacked_with_control", 5, true, true}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // ---- the frame pool running dry ----
