@@ -33,7 +33,8 @@ def main():
 
     # A keyframe every second, parameter sets with every IDR: a client joining mid-stream decodes
     # within ~1 s.
-    source = (f"videotestsrc is-live=true pattern=ball ! video/x-raw,width={width},height={height},"
+    # 4:2:0 as cameras send it (x265enc would otherwise take videotestsrc's 4:4:4: HEVC Rext).
+    source = (f"videotestsrc is-live=true pattern=ball ! video/x-raw,format=I420,width={width},height={height},"
               f"framerate={args.fps}/1")
     encoders = {
         args.path: f"x264enc tune=zerolatency speed-preset=ultrafast threads=1 key-int-max={args.fps} ! "
