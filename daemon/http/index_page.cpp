@@ -106,7 +106,8 @@ function render(s) {
     c.state.textContent = p.state;
     c.state.className = "state " + p.state;
     const dropped = Object.entries(p.dropped).map(([k, v]) => k + " " + v).join(", ");
-    rows(c.table, [["source", p.source], ["device", p.device], ["frame", p.frame || "\u2013"],
+    rows(c.table, [["source", p.source], ["device", p.device], ["codec", p.codec || "\u2013"],
+                   ["frame", p.frame || "\u2013"],
                    ["fps", num(p.fps, 1)], ["decoded / processed", p.frames_decoded + " / " + p.frames_processed],
                    ["dropped", dropped], ["decode errors", String(p.decode_errors)],
                    ["reconnects", String(p.reconnects)], ["queue depth", String(p.queue_depth)],

@@ -58,8 +58,9 @@ void append_pipeline(std::string& out, const PipelineSnapshot& p) {
   }
   fmt::format_to(o, R"("submit_cpu":{{"sum_s":{},"mean_s":{}}},)", json_number(p.submit_cpu_s),
                  number_or_null(p.submit.per_observation(p.submit_cpu_s)));
-  fmt::format_to(o, R"("pool":{{"in_use":{},"capacity":{}}},"decoder":{},"nvdec_fallbacks":{},)", p.pool_in_use,
-                 p.pool_capacity, p.decoder.empty() ? "null" : json_string(p.decoder), p.nvdec_fallbacks);
+  fmt::format_to(o, R"("pool":{{"in_use":{},"capacity":{}}},"decoder":{},"nvdec_fallbacks":{},"codec":{},)",
+                 p.pool_in_use, p.pool_capacity, p.decoder.empty() ? "null" : json_string(p.decoder), p.nvdec_fallbacks,
+                 p.codec.empty() ? "null" : json_string(p.codec));
   out += R"("outputs":[)";
   for (size_t k = 0; k < p.outputs.size(); ++k) fmt::format_to(o, "{}{}", k ? "," : "", json_string(p.outputs[k]));
   out += "],";

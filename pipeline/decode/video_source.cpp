@@ -708,6 +708,13 @@ void VideoSource::interrupt() {
 
 DecoderKind VideoSource::decoder() const { return impl_->in_use.load(); }
 
+std::string VideoSource::codec() const {
+  if (!impl_->format) throw MediaError("codec() before open()");
+  const AVCodecParameters& par = *impl_->format->streams[impl_->stream_index]->codecpar;
+  const char* profile = avcodec_profile_name(par.codec_id, par.profile);
+  return profile ? fmt::format("{} {}", avcodec_get_name(par.codec_id), profile) : avcodec_get_name(par.codec_id);
+}
+
 double VideoSource::frame_rate() const { return impl_->fps; }
 
 FrameInfo VideoSource::frame_info() const { return impl_->info; }

@@ -105,6 +105,9 @@ class VideoSource {
 
   //! The decoder in use: Nvdec or Cpu (after open(); NVDEC may still give way at the first frame).
   DecoderKind decoder() const;
+  //! The stream's codec and profile as FFmpeg names them: "h264 High", "hevc Main 10"; the codec
+  //! alone where the stream states no profile (after open()).
+  std::string codec() const;
 
   //! The stream's average frame rate in frames per second, 0 if unknown (valid after open()).
   double frame_rate() const;

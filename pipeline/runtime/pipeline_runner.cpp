@@ -157,6 +157,7 @@ void PipelineRunner::start() {
         stats_.set_state(SourceState::Connecting);
         source.open();
         stats_.set_decoder(decoder_name(source.decoder()));
+        stats_.set_codec(source.codec());
         if (balancer_ && spec_.decoder == DecoderKind::Auto && device_.kind == DeviceKind::Cuda) {
           const DecodeBalancer::Load nv = balancer_->nvdec(device_.index), cpu = balancer_->cpu();
           spdlog::info("pipeline '{}': hybrid decode: {} (NVDEC of {}: {:.0f} % paced, {} unpaced; cores: {:.0f} % "

@@ -97,6 +97,11 @@ void PipelineStats::set_decoder(std::string decoder) {
   text_.decoder = std::move(decoder);
 }
 
+void PipelineStats::set_codec(std::string codec) {
+  std::lock_guard lock(text_.mu);
+  text_.codec = std::move(codec);
+}
+
 PipelineSnapshot PipelineStats::snapshot() {
   PipelineSnapshot s;
   s.state = static_cast<SourceState>(state.load(std::memory_order_relaxed));
@@ -124,6 +129,7 @@ PipelineSnapshot PipelineStats::snapshot() {
     s.frame = text_.frame;
     s.last_error = text_.error;
     s.decoder = text_.decoder;
+    s.codec = text_.codec;
     if (now - fps_last_ns_ >= 1'000'000'000) {   // refresh at most once a second, whoever asks
       fps_ = double(s.frames_processed - fps_last_frames_) / (double(now - fps_last_ns_) * 1e-9);
       fps_last_ns_ = now;

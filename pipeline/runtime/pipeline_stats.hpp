@@ -91,6 +91,7 @@ struct PipelineSnapshot {
   int64_t queue_depth = 0;
   int64_t pool_in_use = 0, pool_capacity = 0;   //!< decode frame pool slots leased / at most
   std::string decoder;                //!< "nvdec", "cpu"; empty before the source opened
+  std::string codec;                  //!< "hevc Main 10" (VideoSource::codec()); empty before the source opened
   uint64_t nvdec_fallbacks = 0;       //!< times `decoder: auto` gave NVDEC up for software
   double last_frame_age_s = -1;       //!< seconds since the last decoded frame; -1 before the first
   double fps = 0;                     //!< processed frames per second over the last interval
@@ -145,6 +146,7 @@ class PipelineStats {
   void set_frame(std::string frame);
   void set_error(std::string error);
   void set_decoder(std::string decoder);
+  void set_codec(std::string codec);
 
   //! At (re)setup: the names of the controlled outputs, or none when the pipeline has no control.
   //! Health event totals carry over re-setups.
@@ -168,7 +170,7 @@ class PipelineStats {
   std::atomic<int64_t> last_output_ns_{0};   //!< steady_clock time of the last observe_frame(), 0 = none
   struct Text {
     std::mutex mu;
-    std::string frame, error, decoder;
+    std::string frame, error, decoder, codec;
   };
   Text text_;
   struct Control {

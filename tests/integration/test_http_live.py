@@ -381,6 +381,8 @@ class HttpLiveTest(unittest.TestCase):
         self.assertGreater(cam["frames_decoded"], 0)
         self.assertGreaterEqual(cam["frames_decoded"], cam["frames_processed"])
         self.assertEqual(cam["frame"], f"{WIDE[0]}x{WIDE[1]} yuv420p bt601/limited")
+        self.assertEqual(cam["codec"], "h264 High")   # libx264's default profile for 8-bit 4:2:0
+        self.assertIsNone(rtsp["codec"], "never connected")
         self.assertEqual(cam["source"], str(self.dir / "wide.mp4"))
         self.assertLessEqual({"queue_full", "decode_error", "process_error"}, set(cam["dropped"]))
         self.assertGreater(cam["latency"]["count"], 0)

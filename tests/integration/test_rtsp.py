@@ -5,6 +5,7 @@ the daemon's log. Everything stays on loopback; every wait is bounded.
 
 Needs python3-gi and GStreamer's RTSP server (tools/bootstrap --test); without them it exits 77,
 which ctest reports as skipped."""
+import json
 import os
 import re
 import signal
@@ -180,11 +181,14 @@ class RtspSupervisionTest(unittest.TestCase):
                 self.assertGreater(n, file_samples[-1][1], f"file pipeline stopped during: {phase}")
             file_samples.append((t, n))
 
-        # 1. Frames flow over TCP and UDP, H.264 and HEVC.
+        # 1. Frames flow over TCP and UDP, H.264 and HEVC; /status names each camera's codec.
         for cam in ("cam", "cam_udp", "cam_hevc"):
             n0 = wait_for(f"{cam} decoding", lambda c=cam: daemon.decoded(c) > 0 and daemon.decoded(c), 20)
             wait_for(f"{cam} frames increasing", lambda c=cam, n=n0: daemon.decoded(c) > n + 5, 10)
             self.assertEqual(daemon.state(cam), "streaming")
+        codecs = {p["name"]: p["codec"] for p in json.loads(daemon.get("/status"))["pipelines"]}
+        self.assertRegex(codecs["cam"], r"^h264\b")
+        self.assertEqual(codecs["cam_hevc"], "hevc Main")
         file_keeps_running("start")
 
         # A source that never answers gives up after its 2 reconnects, alone: state failed.

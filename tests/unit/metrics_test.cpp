@@ -236,9 +236,10 @@ TEST(Metrics, PoolDecoderAndGpuSeriesHaveExactValues) {
   EXPECT_TRUE(has_line(cpu, "framefuse_nvdec_sessions 0")) << cpu;
 }
 
-TEST(StatusJson, PoolDecoderOutputsSinkAndGpus) {
+TEST(StatusJson, PoolDecoderCodecOutputsSinkAndGpus) {
   PipelineSnapshot ps[] = {known_pipeline("lobby", 0), known_pipeline("dock", 1000)};
   ps[0].decoder = "nvdec";
+  ps[0].codec = "hevc Main 10";
   ps[1].decoder = "";
   ps[0].sink_type = "shm";
   ps[0].sink_target = "/dev/shm/lobby";
@@ -249,11 +250,12 @@ TEST(StatusJson, PoolDecoderOutputsSinkAndGpus) {
                    R"("decode":[{"decoder":"cpu","device":"host","capacity_fps":1600,"paced_fps":30,"unpaced_streams":2},)"
                    R"({"decoder":"nvdec","device":"cuda:0","capacity_fps":7680,"paced_fps":1875.5,"unpaced_streams":0}],)"),
             std::string::npos) << j;
-  EXPECT_NE(j.find(R"("pool":{"in_use":6,"capacity":16},"decoder":"nvdec","nvdec_fallbacks":1,"outputs":["cls","det"],)"
+  EXPECT_NE(j.find(R"("pool":{"in_use":6,"capacity":16},"decoder":"nvdec","nvdec_fallbacks":1,"codec":"hevc Main 10",)"
+                   R"("outputs":["cls","det"],)"
                    R"("sink":{"type":"shm","target":"/dev/shm/lobby"},)"),
             std::string::npos) << j;
   EXPECT_NE(j.find(R"("sink":{"type":"null","target":null},)"), std::string::npos) << j;
-  EXPECT_NE(j.find(R"("pool":{"in_use":1006,"capacity":1016},"decoder":null,"nvdec_fallbacks":1001,)"),
+  EXPECT_NE(j.find(R"("pool":{"in_use":1006,"capacity":1016},"decoder":null,"nvdec_fallbacks":1001,"codec":null,)"),
             std::string::npos) << j;
   const std::string cpu = render_status_json(known_daemon(), std::span(&ps[1], 1));
   EXPECT_NE(cpu.find(R"("gpus":[],"nvdec_sessions":0,"decode":[],)"), std::string::npos) << cpu;
