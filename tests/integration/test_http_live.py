@@ -308,6 +308,9 @@ class HttpLiveTest(unittest.TestCase):
                        for s in ("connecting", "streaming", "stalled", "backoff", "finished", "failed")}
         self.assertEqual(rtsp_states["connecting"] + rtsp_states["backoff"], 1, rtsp_states)
         self.assertEqual(metric(first, "framefuse_frames_processed_total", pipeline="secretcam"), 0)
+        codecs = {dict(k[1])["pipeline"]: dict(k[1])["codec"] for k, v in first.items()
+                  if k[0] == "framefuse_source_codec_info" and v == 1}
+        self.assertEqual(codecs, {"cam": "h264 High", "small": "h264 High"}, "secretcam never opened")
 
         # The latency histogram: cumulative buckets ending at +Inf == _count == frames processed so far
         for name in ("cam", "small"):

@@ -198,9 +198,12 @@ TEST(Metrics, PoolDecoderAndGpuSeriesHaveExactValues) {
   PipelineSnapshot ps[] = {known_pipeline("lobby", 0), known_pipeline("dock", 1000), known_pipeline("gate", 20),
                            known_pipeline("yard", 30)};
   ps[0].decoder = "nvdec";
+  ps[0].codec = "hevc Main 10";
+  ps[1].codec = "h264 High";
   ps[2].decoder = "";   // source not opened yet
   ps[3].decoder = "nvdec";
   const std::string m = render_metrics(with_decode(with_gpus(known_daemon())), ps);
+  EXPECT_EQ(m.find(R"(framefuse_source_codec_info{pipeline="gate")"), std::string::npos) << m;
   for (const char* line : {
            R"(framefuse_pool_frames_in_use{pipeline="lobby"} 6)",
            R"(framefuse_pool_frames_in_use{pipeline="dock"} 1006)",
@@ -214,6 +217,8 @@ TEST(Metrics, PoolDecoderAndGpuSeriesHaveExactValues) {
            R"(framefuse_decoder{pipeline="dock",decoder="cpu"} 1)",
            R"(framefuse_decoder{pipeline="gate",decoder="nvdec"} 0)",
            R"(framefuse_decoder{pipeline="gate",decoder="cpu"} 0)",
+           R"(framefuse_source_codec_info{pipeline="lobby",codec="hevc Main 10"} 1)",
+           R"(framefuse_source_codec_info{pipeline="dock",codec="h264 High"} 1)",
            "framefuse_nvdec_sessions 2",
            R"(framefuse_gpu_memory_used_bytes{device="cuda:0"} 3221225472)",
            R"(framefuse_gpu_memory_total_bytes{device="cuda:0"} 150754820096)",
@@ -458,7 +463,7 @@ TEST(Metrics, TextFormatIsWellFormed) {
       ADD_FAILURE() << "not a valid exposition line: " << l;
     }
   }
-  EXPECT_EQ(types.size(), 24u + 6u + 2u + 3u + 10u + 7u);   // + the process, GPU, decode, control and batch group families
+  EXPECT_EQ(types.size(), 25u + 6u + 2u + 3u + 10u + 7u);   // + the process, GPU, decode, control and batch group families
   EXPECT_GT(samples, 60u);
 }
 
