@@ -97,6 +97,18 @@ class DaemonTest(unittest.TestCase):
             f"    sink: {{type: npy, directory: {out}}}\n")
         return path
 
+    def pipelines_config(self, file, pipelines, outputs=None, top=""):
+        """`file` with an npy pipeline for each (name, uri, sink directory, extra lines) of `pipelines`,
+        each with `outputs` (default DEFAULT_OUTPUTS), after the top-level lines `top`."""
+        outputs = textwrap.indent(outputs or self.DEFAULT_OUTPUTS, " " * 6)
+        body = "http: {enabled: false}\n" + top + "pipelines:\n"
+        for name, uri, directory, extra in pipelines:
+            body += (f"  - name: {name}\n    source: {{uri: {uri}}}\n{extra}    outputs:\n{outputs}"
+                     f"    sink: {{type: npy, directory: {directory}}}\n")
+        path = self.dir / file
+        path.write_text(body)
+        return path
+
     def test_help_and_version(self):
         r = run("--help")
         self.assertEqual(r.returncode, 0)
@@ -164,13 +176,8 @@ class DaemonTest(unittest.TestCase):
                               "-pix_fmt", "yuv420p10le", "-"], capture_output=True, check=True).stdout
         self.assertGreater(float((np.frombuffer(raw, np.uint16) % 4 != 0).mean()), 0.3,
                            "the 10-bit clip has no detail below 8 bits")
-        outputs = textwrap.indent(self.DEFAULT_OUTPUTS, " " * 6)
-        body = "http: {enabled: false}\npipelines:\n"
-        for name in clips:
-            body += (f"  - name: {name.split('.')[0]}\n    source: {{uri: {name}}}\n    outputs:\n{outputs}"
-                     f"    sink: {{type: npy, directory: {self.dir / 'out_depth' / name.split('.')[0]}}}\n")
-        cfg = self.dir / "depth.yaml"
-        cfg.write_text(body)
+        cfg = self.pipelines_config("depth.yaml", [(name.split(".")[0], name, self.dir / "out_depth" / name.split(".")[0], "")
+                                                   for name in clips])
         r = run("run", "--config", str(cfg), "--device", "cpu")
         self.assertEqual(r.returncode, 0, r.stderr)
         # 1/2 LSB of Y, U and V reaches RGB as at most (1.164 + 2.018) / 2 = 1.6 LSB (BT.601 limited
@@ -211,13 +218,9 @@ class DaemonTest(unittest.TestCase):
         """A sink that cannot write (its folder cannot be made, even by root) fails its pipeline with one
         line that names it once; the other pipeline writes all its frames."""
         out = self.dir / "out_sinkfail"
-        body = "http: {enabled: false}\npipelines:\n"
-        for name, directory in (("good", out), ("bad", "/proc/framefuse-nope")):
-            body += (f"  - name: {name}\n    source: {{uri: clip.mp4}}\n    outputs:\n"
-                     f"      - {{name: o, resize: {{width: 32, height: 32}}}}\n"
-                     f"    sink: {{type: npy, directory: {directory}}}\n")
-        cfg = self.dir / "sinkfail.yaml"
-        cfg.write_text(body)
+        cfg = self.pipelines_config("sinkfail.yaml", [("good", "clip.mp4", out, ""),
+                                                      ("bad", "clip.mp4", "/proc/framefuse-nope", "")],
+                                    outputs="- {name: o, resize: {width: 32, height: 32}}\n")
         r = run("run", "--config", str(cfg), "--device", "cpu")
         self.assertEqual(r.returncode, 1, "a pipeline failed: a runtime failure " + r.stderr)
         self.assertRegex(r.stderr, r"summary 'good': 20 frames decoded, 20 processed, 0 dropped")
@@ -231,14 +234,10 @@ class DaemonTest(unittest.TestCase):
     def test_batch_group_outputs_equal_unbatched(self):
         """Three pipelines in one batch group write what an unbatched pipeline writes, byte for byte."""
         out = self.dir / "out_batch"
-        outputs = textwrap.indent(self.DEFAULT_OUTPUTS, " " * 10)
-        body = "http: {enabled: false}\nbatching:\n  - {name: lobby, max_batch: 4, max_wait: 5ms}\npipelines:\n"
-        for name in ("cam0", "cam1", "cam2", "solo"):
-            group = "" if name == "solo" else "    batch_group: lobby\n"
-            body += (f"  - name: {name}\n    source: {{uri: clip.mp4}}\n{group}    outputs:\n"
-                     f"{outputs}    sink: {{type: npy, directory: {out / name}}}\n")
-        cfg = self.dir / "batch.yaml"
-        cfg.write_text(body)
+        cfg = self.pipelines_config(
+            "batch.yaml", [(name, "clip.mp4", out / name, "" if name == "solo" else "    batch_group: lobby\n")
+                           for name in ("cam0", "cam1", "cam2", "solo")],
+            top="batching:\n  - {name: lobby, max_batch: 4, max_wait: 5ms}\n")
         r = run("run", "--config", str(cfg), "--device", "cpu")
         self.assertEqual(r.returncode, 0, r.stderr)
         for name in ("cam0", "cam1", "cam2"):
