@@ -177,7 +177,7 @@ struct PipelinesRun {
   double steady_fps = 0;     //!< PhaseResult::steady_fps
   //! That per frame, microseconds (0 without frames).
   double submit_cpu_us() const { return 1e6 * submit.per_observation(submit_cpu_s).value_or(0); }
-  std::string decoder, frame;
+  std::string decoder, frame, codec;
   bool all_frames = true;   //!< every pipeline processed max_frames frames
   //! Paced sources: the most any stream's last frame came after its due time (first frame +
   //! (frames - 1) / fps), seconds; the first frame is seen by polling every 10 ms.
@@ -240,6 +240,7 @@ PipelinesRun run_pipelines(const std::vector<PipelineSpec>& specs, const DeviceS
     run.submit_cpu_s += s.submit_cpu_s - (settled[i] ? settled[i]->submit_cpu_s : 0);
     decoders.push_back(s.decoder);
     run.frame = s.frame;
+    run.codec = s.codec;
   }
   run.decoder = decoder_mix(decoders);
   if (fps > 0) run.together = due_together(last_ns, fps, 1e-3);
@@ -780,6 +781,7 @@ BenchResult run_bench(const BenchOptions& o) {
     r.decoder = run.decoder;
     r.steady_fps = run.steady_fps;
     result.frame = run.frame;
+    result.codec = run.codec;
     return run.frames;
   });
   result.decode_again = measure([&](PhaseResult& r) { return decode_only(o, device, r, balancer.get()); });
@@ -837,10 +839,10 @@ std::string phase_json(const PhaseResult& p, int streams) {
 std::string format_bench_table(const BenchResult& r) {
   const int n = r.options.streams;
   std::string out = fmt::format(
-      "framefused bench: {} ({}), {} stream(s) x {} frames, device {}\n"
+      "framefused bench: {} ({}, {}), {} stream(s) x {} frames, device {}\n"
       "outputs: classify (shorter side 256, center crop 224, ImageNet mean/std, CHW f32) + "
       "detect (letterbox 640x640, /255, CHW f16), null sink (CUDA: outputs left in GPU memory)\n\n",
-      r.options.clip, r.frame, n, r.options.frames, r.device);
+      r.options.clip, r.codec, r.frame, n, r.options.frames, r.device);
   out += fmt::format("{:<16}{:>8}{:>10}{:>12}{:>12}{:>14}{:>14}{:>15}  {}\n", "phase", "frames", "seconds", "fps total",
                      "fps/stream", "all running", "CPU ms/frame", "peak RSS MiB", "decoder");
   out += phase_row("decode ceiling", r.decode, n);
@@ -951,7 +953,7 @@ std::string format_bench_json(const BenchResult& r) {
                         json_number(t.submit_cpu_us), memory_json(t.memory), json_string(t.decoder),
                         r.options.churn ? std::to_string(t.reopens) : std::string("null"));
   return fmt::format(
-      "{{\"clip\": {}, \"frame\": {}, \"streams\": {}, \"frames_per_stream\": {}, \"device\": {}, "
+      "{{\"clip\": {}, \"codec\": {}, \"frame\": {}, \"streams\": {}, \"frames_per_stream\": {}, \"device\": {}, "
       "\"outputs\": [\"classify\", \"detect\"], \"sink\": \"null\",\n"
       " \"decode\": {}}},\n \"decode_again\": {}}},\n"
       " \"single_stream\": {}}},\n"
@@ -964,7 +966,7 @@ std::string format_bench_json(const BenchResult& r) {
       "\"steps\": [{}]}},\n"
       " \"live\": {{\"held\": {}, \"trials\": [{}]}},\n"
       " \"ratio\": {}, \"steady_ratio\": {}}}\n",
-      json_string(r.options.clip), json_string(r.frame), n, r.options.frames, json_string(r.device),
+      json_string(r.options.clip), json_string(r.codec), json_string(r.frame), n, r.options.frames, json_string(r.device),
       phase_json(r.decode, n), phase_json(r.decode_again, n), phase_json(r.single, 1),
       r.options.hybrid ? "true" : "false", phase_json(r.decode_nvdec, n), phase_json(r.decode_cpu, n),
       phase_json(r.pipeline, n), json_number(1e3 * r.latency_p50_s),

@@ -150,6 +150,7 @@ struct BenchResult {
   BenchOptions options;
   std::string device;                    //!< resolved: "cpu", "cuda:0"
   std::string frame;                     //!< the clip's frames, e.g. "320x240 yuv420p bt601/limited"
+  std::string codec;                     //!< the clip's codec and profile, e.g. "h264 High"
   PhaseResult decode, pipeline;
   PhaseResult decode_again;              //!< phase 1 once more, after the pipelines
   PhaseResult single;                    //!< one pipeline alone (streams > 1), the memory reference

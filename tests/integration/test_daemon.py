@@ -439,6 +439,8 @@ class DaemonTest(unittest.TestCase):
         self.assertRegex(r.stdout, r"pipeline / decode ceiling = \d+\.\d % \(while every stream runs: \d+\.\d %\)")
         result = json.loads(out.read_text())
         self.assertEqual((result["streams"], result["frames_per_stream"], result["device"]), (2, 30, "cpu"))
+        self.assertEqual((result["codec"], result["frame"]), ("h264 High", "320x240 yuv420p bt601/limited"))
+        self.assertIn(f"({result['codec']}, {result['frame']})", r.stdout)
         for phase in ("decode", "pipeline", "decode_again"):
             p = result[phase]
             self.assertEqual(p["frames"], 60, phase)   # 30 per stream: the 20-frame clip loops
