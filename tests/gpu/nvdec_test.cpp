@@ -4,8 +4,8 @@
 //! tensors through the CUDA executor (NVDEC frames read in place vs pinned pool frames vs staged host
 //! frames). On the 720p H.264 clip: frames submitted as they are read, one shared CUDA context for
 //! every decoder of a GPU, a looped clip that keeps its decoder, a consumer holding more frames than
-//! NVDEC has surfaces, and a change of resolution (and of bit depth, HEVC) mid-stream. Skipped where
-//! the clips have not been made.
+//! NVDEC has surfaces. And a change of resolution mid-stream (H.264; HEVC from 8 to 10 bits). Skipped
+//! where the clips have not been made.
 #include <gtest/gtest.h>
 
 #include <cstdint>
