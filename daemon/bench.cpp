@@ -966,7 +966,8 @@ std::string format_bench_json(const BenchResult& r) {
       "\"steps\": [{}]}},\n"
       " \"live\": {{\"held\": {}, \"trials\": [{}]}},\n"
       " \"ratio\": {}, \"steady_ratio\": {}}}\n",
-      json_string(r.options.clip), json_string(r.codec), json_string(r.frame), n, r.options.frames, json_string(r.device),
+      json_string(r.options.clip), json_string(r.codec), json_string(r.frame), n, r.options.frames,
+      json_string(r.device),
       phase_json(r.decode, n), phase_json(r.decode_again, n), phase_json(r.single, 1),
       r.options.hybrid ? "true" : "false", phase_json(r.decode_nvdec, n), phase_json(r.decode_cpu, n),
       phase_json(r.pipeline, n), json_number(1e3 * r.latency_p50_s),

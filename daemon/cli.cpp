@@ -140,7 +140,8 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
       }
     }
     if (b.clip.empty()) throw std::invalid_argument("bench needs --clip FILE");
-    if (b.churn && b.live_streams == 0) throw std::invalid_argument("--churn needs --live N (it runs in the live trials)");
+    if (b.churn && b.live_streams == 0)
+      throw std::invalid_argument("--churn needs --live N (it runs in the live trials)");
   } else {
     throw std::invalid_argument("unknown command '" + cmd + "' (try --help)");
   }

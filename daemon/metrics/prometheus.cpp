@@ -254,7 +254,8 @@ std::string render_metrics(const DaemonSnapshot& d, std::span<const PipelineSnap
   e.family("framefuse_source_codec_info", "gauge",
            "The stream's codec and profile, e.g. hevc Main 10; always 1, once the source opened.");
   for (const auto& p : pipelines)
-    if (!p.codec.empty()) e.sample("framefuse_source_codec_info", {{"pipeline", p.name}, {"codec", p.codec}}, uint64_t{1});
+    if (!p.codec.empty())
+      e.sample("framefuse_source_codec_info", {{"pipeline", p.name}, {"codec", p.codec}}, uint64_t{1});
   e.family("framefuse_nvdec_sessions", "gauge", "Pipelines currently decoding with NVDEC.");
   e.sample("framefuse_nvdec_sessions", {}, nvdec_sessions(pipelines));
   render_gpus(e, d.gpus);

@@ -1,9 +1,9 @@
 //! PipelineRunner on a CUDA device under stress, through its public API: 64 pipelines sharing one
 //! GPU (software decode of the sample clip), a resolution change mid-stream (the 720p and 1080p
 //! sample clips spliced into one MPEG-TS; H.264, and HEVC going from 8 to 10 bits), and a stop with
-//! frames in flight. Outputs are checked
-//! against the same pipeline on the CPU executor (the tolerances of gpu_support.hpp); device memory
-//! (cudaMemGetInfo, through gpu_memory()) must stay bounded while they run and come back after.
+//! frames in flight. Outputs are checked against the same pipeline on the CPU executor (the
+//! tolerances of gpu_support.hpp); device memory (cudaMemGetInfo, through gpu_memory()) must stay
+//! bounded while they run and come back after.
 //! Skipped where the sample clips were not made (tools/make_sample_clip): own ctest entry.
 #include <gtest/gtest.h>
 

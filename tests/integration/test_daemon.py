@@ -176,7 +176,7 @@ class DaemonTest(unittest.TestCase):
                               "-pix_fmt", "yuv420p10le", "-"], capture_output=True, check=True).stdout
         self.assertGreater(float((np.frombuffer(raw, np.uint16) % 4 != 0).mean()), 0.3,
                            "the 10-bit clip has no detail below 8 bits")
-        cfg = self.pipelines_config("depth.yaml", [(name.split(".")[0], name, self.dir / "out_depth" / name.split(".")[0], "")
+        cfg = self.pipelines_config("depth.yaml", [(Path(name).stem, name, self.dir / "out_depth" / Path(name).stem, "")
                                                    for name in clips])
         r = run("run", "--config", str(cfg), "--device", "cpu")
         self.assertEqual(r.returncode, 0, r.stderr)

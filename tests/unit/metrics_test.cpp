@@ -463,7 +463,8 @@ TEST(Metrics, TextFormatIsWellFormed) {
       ADD_FAILURE() << "not a valid exposition line: " << l;
     }
   }
-  EXPECT_EQ(types.size(), 25u + 6u + 2u + 3u + 10u + 7u);   // + the process, GPU, decode, control and batch group families
+  // Pipeline families, + the process, GPU, decode, control and batch group families.
+  EXPECT_EQ(types.size(), 25u + 6u + 2u + 3u + 10u + 7u);
   EXPECT_GT(samples, 60u);
 }
 

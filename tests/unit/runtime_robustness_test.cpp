@@ -1,9 +1,9 @@
 // PipelineRunner under stress, through its public API only: a resolution change mid-stream (clips
-// of two sizes spliced into one MPEG-TS; also HEVC going from 8 to 10 bits), the frame pool running dry under each policy (files
-// wait, live sources drop the oldest frame and count it), a stop while the queue and the pool are
-// full, and many pipelines at once. Every frame is accounted for: decoded = processed + dropped.
-// The oracle of a re-setup is a fresh pipeline: outputs after the switch must equal, byte for
-// byte, those of a pipeline that only ever saw the second clip.
+// of two sizes spliced into one MPEG-TS; also HEVC going from 8 to 10 bits), the frame pool running
+// dry under each policy (files wait, live sources drop the oldest frame and count it), a stop while
+// the queue and the pool are full, and many pipelines at once. Every frame is accounted for:
+// decoded = processed + dropped. The oracle of a re-setup is a fresh pipeline: outputs after the
+// switch must equal, byte for byte, those of a pipeline that only ever saw the second clip.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -97,9 +97,10 @@ class RuntimeRobustness : public ::testing::Test {
     if (!fs::exists(ts)) {
       const std::string x265 = "-c:v libx265 -preset ultrafast "
                                "-x265-params pools=none:frame-threads=1:log-level=error:bframes=2:ref=4:keyint=12";
-      const std::string args = codec == Codec::H264 ? "-c:v libx264 -threads 1 -preset ultrafast -bf 2 -refs 4 -g 12 -pix_fmt yuv420p"
-                               : codec == Codec::Hevc ? x265 + " -pix_fmt yuv420p"
-                                                      : x265 + " -pix_fmt yuv420p10le";
+      const std::string args =
+          codec == Codec::H264   ? "-c:v libx264 -threads 1 -preset ultrafast -bf 2 -refs 4 -g 12 -pix_fmt yuv420p"
+          : codec == Codec::Hevc ? x265 + " -pix_fmt yuv420p"
+                                 : x265 + " -pix_fmt yuv420p10le";
       test::ffmpeg(fmt::format("-f lavfi -i testsrc2=size={}x{}:rate=25 -frames:v {} {} {}", w, h, frames, args,
                                mp4.string()));
       test::concat_as_mpegts(std::vector<fs::path>{mp4}, ts);
