@@ -37,9 +37,9 @@ template <ops::PixelFormat F>
 FF_HD uint32_t luma_code(const ops::ImageView& img, int x, int y) {
   const uint8_t* row = img.data[0] + static_cast<int64_t>(y) * img.pitch[0];
   if constexpr (F == ops::PixelFormat::P010) {
-    return reinterpret_cast<const uint16_t*>(row)[x];
+    return ops::sample16(img, 0, x, y);
   } else if constexpr (F == ops::PixelFormat::Yuv420p10) {
-    return uint32_t{reinterpret_cast<const uint16_t*>(row)[x]} << 6;
+    return uint32_t{ops::sample16(img, 0, x, y)} << 6;
   } else if constexpr (F == ops::PixelFormat::Rgb24 || F == ops::PixelFormat::Bgr24) {
     const uint8_t* p = row + 3 * x;
     const uint32_t r = F == ops::PixelFormat::Rgb24 ? p[0] : p[2], g = p[1], b = F == ops::PixelFormat::Rgb24 ? p[2] : p[0];

@@ -124,13 +124,12 @@ struct FrameReader {
   }
 
   FF_HD float luma(int x, int y) const {
-    const uint8_t* row = img.data[0] + static_cast<int64_t>(y) * img.pitch[0];
     if constexpr (F == PixelFormat::P010) {
-      return float(reinterpret_cast<const uint16_t*>(row)[x]) * (1.f / 256.f);
+      return float(sample16(img, 0, x, y)) * (1.f / 256.f);
     } else if constexpr (F == PixelFormat::Yuv420p10) {
-      return float(reinterpret_cast<const uint16_t*>(row)[x]) * 0.25f;
+      return float(sample16(img, 0, x, y)) * 0.25f;
     } else {
-      return float(row[x]);
+      return float((img.data[0] + static_cast<int64_t>(y) * img.pitch[0])[x]);
     }
   }
 
@@ -141,13 +140,11 @@ struct FrameReader {
       u = float(p[0]);
       v = float(p[1]);
     } else if constexpr (F == PixelFormat::P010) {
-      const uint16_t* p =
-          reinterpret_cast<const uint16_t*>(img.data[1] + static_cast<int64_t>(cy) * img.pitch[1]) + 2 * cx;
-      u = float(p[0]) * (1.f / 256.f);
-      v = float(p[1]) * (1.f / 256.f);
+      u = float(sample16(img, 1, 2 * cx, cy)) * (1.f / 256.f);
+      v = float(sample16(img, 1, 2 * cx + 1, cy)) * (1.f / 256.f);
     } else if constexpr (F == PixelFormat::Yuv420p10) {
-      u = float(reinterpret_cast<const uint16_t*>(img.data[1] + static_cast<int64_t>(cy) * img.pitch[1])[cx]) * 0.25f;
-      v = float(reinterpret_cast<const uint16_t*>(img.data[2] + static_cast<int64_t>(cy) * img.pitch[2])[cx]) * 0.25f;
+      u = float(sample16(img, 1, cx, cy)) * 0.25f;
+      v = float(sample16(img, 2, cx, cy)) * 0.25f;
     } else {
       u = float(img.data[1][static_cast<int64_t>(cy) * img.pitch[1] + cx]);
       v = float(img.data[2][static_cast<int64_t>(cy) * img.pitch[2] + cx]);

@@ -3,6 +3,8 @@
 //! blocks. Pointers are host or device addresses depending on which executor reads them.
 #include <cstdint>
 
+#include "pipeline/ops/op_traits.hpp"
+
 namespace framefuse::ops {
 
 //! Pixel layouts the input readers understand.
@@ -33,6 +35,11 @@ struct ImageView {
   int32_t height;
   PixelFormat format;
 };
+
+//! The u16 sample x of row y of plane `plane` (P010, Yuv420p10; x counts samples, not bytes).
+FF_HD uint16_t sample16(const ImageView& img, int plane, int x, int y) {
+  return reinterpret_cast<const uint16_t*>(img.data[plane] + static_cast<int64_t>(y) * img.pitch[plane])[x];
+}
 
 //! Bytes per row and rows of plane `i` of a w x h frame (4:2:0 chroma rounds up).
 struct PlaneShape {
