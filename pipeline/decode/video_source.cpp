@@ -263,9 +263,9 @@ struct VideoSource::Impl {
     stream_index = av_find_best_stream(ctx, AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
     if (stream_index < 0) fail("no video stream");
     const AVStream* st = ctx->streams[stream_index];
-    open_decoder(*st);
     time_base = av_q2d(st->time_base);
     fps = st->avg_frame_rate.num > 0 && st->avg_frame_rate.den > 0 ? av_q2d(st->avg_frame_rate) : 0;
+    open_decoder(*st);   // after fps: hybrid decode counts the stream by its rate
     deadline_ns = 0;
   }
 
