@@ -18,7 +18,7 @@
 namespace framefuse::daemon {
 
 //! What one decoder of hybrid decode carries (DecodeBalancer): NVDEC of a GPU, or the host's cores.
-//! Rates in 1080p frames per second.
+//! Rates in 1080p H.264 frames per second (a stream of another codec counts at its cost there).
 struct DecodeLoad {
   std::string decoder;          //!< "nvdec" or "cpu"
   std::string device;           //!< "cuda:0"; "host" for the cores

@@ -152,10 +152,12 @@ void render_decode(Exposition& e, std::span<const DecodeLoad> loads) {
     e.family(name, "gauge", help);
     for (const auto& l : loads) e.sample(name, {{"decoder", l.decoder}, {"device", l.device}}, value(l));
   };
-  per_decoder("framefuse_decode_capacity_fps", "What the decoder decodes (config decode:), 1080p frames per second.",
+  per_decoder("framefuse_decode_capacity_fps",
+              "What the decoder decodes (config decode:), 1080p H.264 frames per second.",
               [](const DecodeLoad& l) { return l.capacity_fps; });
   per_decoder("framefuse_decode_paced_fps",
-              "What its paced streams (cameras, realtime files) need of it, 1080p frames per second.",
+              "What its paced streams (cameras, realtime files) need of it, 1080p H.264 frames per second "
+              "(other codecs at their cost there).",
               [](const DecodeLoad& l) { return l.paced_fps; });
   per_decoder("framefuse_decode_unpaced_streams", "Files it decodes as fast as it can.",
               [](const DecodeLoad& l) { return uint64_t(l.unpaced_streams); });

@@ -45,10 +45,12 @@ void DecodeBalancer::set_capacity(Capacity capacity) {
 
 void DecodeBalancer::add(DecoderKind decoder, int device, const DecodeDemand& demand, int sign) {
   std::lock_guard lock(mu_);
-  Load& l = decoder == DecoderKind::Nvdec ? nvdec_[device] : cpu_;
+  const bool on_nvdec = decoder == DecoderKind::Nvdec;
+  Load& l = on_nvdec ? nvdec_[device] : cpu_;
   if (demand.paced) {
-    l.paced += sign * demand.pixels_per_s;
-    if (l.paced < 1e-6 * demand.pixels_per_s) l.paced = 0;   // rounding left by releases
+    const double x = demand.pixels_per_s * (on_nvdec ? demand.cost.nvdec : demand.cost.cpu);
+    l.paced += sign * x;
+    if (l.paced < 1e-6 * x) l.paced = 0;   // rounding left by releases
   } else {
     l.unpaced += sign;
   }
@@ -75,19 +77,20 @@ DecodeBalancer::Lease DecodeBalancer::assign(int device, const DecodeDemand& dem
     std::lock_guard lock(mu_);
     const Load& nv = nvdec_[device];
     const double nv_cap = capacity_.nvdec, cpu_cap = capacity_.cpu;
+    const CodecCost& cost = demand.cost;
     if (demand.paced) {
-      const double x = demand.pixels_per_s;
-      if (nv.paced + x <= nv_cap) {
+      const double x_nv = demand.pixels_per_s * cost.nvdec, x_cpu = demand.pixels_per_s * cost.cpu;
+      if (nv.paced + x_nv <= nv_cap) {
         choice = DecoderKind::Nvdec;
-      } else if (cpu_.paced + x <= cpu_cap) {
+      } else if (cpu_.paced + x_cpu <= cpu_cap) {
         choice = DecoderKind::Cpu;
       } else {
-        choice = (nv.paced + x) / nv_cap <= (cpu_.paced + x) / cpu_cap ? DecoderKind::Nvdec : DecoderKind::Cpu;
+        choice = (nv.paced + x_nv) / nv_cap <= (cpu_.paced + x_cpu) / cpu_cap ? DecoderKind::Nvdec : DecoderKind::Cpu;
       }
-    } else {
-      const double nv_share = (nv_cap - nv.paced) / (nv.unpaced + 1);
-      const double cpu_share = (cpu_cap - cpu_.paced) / (cpu_.unpaced + 1);
-      choice = nv_share >= cpu_share ? DecoderKind::Nvdec : DecoderKind::Cpu;   // NVDEC on a tie
+    } else {   // the rate it would decode at: its share of what is left, over its cost there
+      const double nv_rate = (nv_cap - nv.paced) / (nv.unpaced + 1) / cost.nvdec;
+      const double cpu_rate = (cpu_cap - cpu_.paced) / (cpu_.unpaced + 1) / cost.cpu;
+      choice = nv_rate >= cpu_rate ? DecoderKind::Nvdec : DecoderKind::Cpu;   // NVDEC on a tie
     }
   }
   return hold(choice, device, demand);
@@ -109,9 +112,17 @@ DecodeBalancer::Capacity decode_capacity(double nvdec_fps, double cpu_fps) {
   return {pixels_per_s_1080p(nvdec_fps), pixels_per_s_1080p(cpu_fps)};
 }
 
-DecodeDemand decode_demand(int width, int height, double fps, bool paced) {
+DecodeDemand decode_demand(int width, int height, double fps, bool paced, CodecCost cost) {
   constexpr double kAssumedFps = 30;
-  return {double(width) * double(height) * (fps > 0 ? fps : kAssumedFps), paced};
+  return {double(width) * double(height) * (fps > 0 ? fps : kAssumedFps), paced, cost};
+}
+
+CodecCost codec_cost(std::string_view codec, int bit_depth) {
+  // Against 8-bit H.264 on camera-style 1080p clips of one scene (one reference, no B-frames):
+  // NVDEC by the H200's decode ceiling over 4 sessions (1,817 / 2,266 / 2,262 fps), the cores by
+  // CPU time per frame (8.2 / 15.9 / 18.4 ms). config/REFERENCE.md, "Hybrid decode".
+  if (codec == "hevc") return bit_depth > 8 ? CodecCost{0.8, 2.2} : CodecCost{0.8, 1.9};
+  return {};
 }
 
 }  // namespace framefuse

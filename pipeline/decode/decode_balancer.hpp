@@ -16,15 +16,24 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <string_view>
 
 #include "pipeline/spec.hpp"
 
 namespace framefuse {
 
+//! What decoding a pixel of a codec costs, relative to 8-bit 4:2:0 H.264 (the unit of the
+//! capacities), on NVDEC and on the cores (codec_cost()).
+struct CodecCost {
+  double nvdec = 1;
+  double cpu = 1;
+};
+
 //! What a stream asks of its decoder.
 struct DecodeDemand {
   double pixels_per_s = 0;   //!< paced: width x height x frame rate
   bool paced = true;         //!< false: an unpaced file, as fast as it decodes
+  CodecCost cost;            //!< its codec's cost per pixel
 };
 
 class DecodeBalancer {
@@ -34,11 +43,12 @@ class DecodeBalancer {
     double nvdec = 0;
     double cpu = 0;
   };
-  //! What one decoder carries.
+  //! What one decoder carries, in pixels per second of 8-bit H.264 (a stream's pixels per second
+  //! times its codec's cost there).
   struct Load {
-    double paced = 0;          //!< pixels per second of its paced streams
+    double paced = 0;          //!< of its paced streams
     int32_t unpaced = 0;       //!< unpaced streams
-    double capacity = 0;       //!< pixels per second
+    double capacity = 0;
   };
 
   //! A stream's place on a decoder: counted there until the lease goes (or moves to the cores).
@@ -96,7 +106,13 @@ constexpr double pixels_per_s_1080p(double fps) { return fps * 1920.0 * 1080.0; 
 //! 100 per hardware thread: the 16 threads of the H200 host decoded 1,365-1,620 fps in software).
 DecodeBalancer::Capacity decode_capacity(double nvdec_fps, double cpu_fps);
 
-//! What a stream of `width` x `height` at `fps` (0: unknown, 30 assumed) asks, paced or not.
-DecodeDemand decode_demand(int width, int height, double fps, bool paced);
+//! What a stream of `width` x `height` at `fps` (0: unknown, 30 assumed) of a codec costing `cost`
+//! asks, paced or not.
+DecodeDemand decode_demand(int width, int height, double fps, bool paced, CodecCost cost = {});
+
+//! The cost per pixel of FFmpeg's codec `codec` (avcodec_get_name) at `bit_depth` bits per sample,
+//! measured against 8-bit H.264 (tests/bench/RESULTS.md, session 21): HEVC, 8- and 10-bit, costs
+//! NVDEC less and the cores more; codecs not measured cost 1.
+CodecCost codec_cost(std::string_view codec, int bit_depth);
 
 }  // namespace framefuse

@@ -275,8 +275,10 @@ struct VideoSource::Impl {
     track_sequences = false;
     bool nvdec = opts.decoder == DecoderKind::Nvdec || (opts.decoder == DecoderKind::Auto && opts.cuda_device >= 0);
     if (opts.balancer) {   // hybrid decode: `auto` takes NVDEC or the cores, whichever has room
+      const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(static_cast<AVPixelFormat>(st.codecpar->format));
       const DecodeDemand demand =
-          decode_demand(st.codecpar->width, st.codecpar->height, fps, rtsp() || spec.realtime);
+          decode_demand(st.codecpar->width, st.codecpar->height, fps, rtsp() || spec.realtime,
+                        codec_cost(avcodec_get_name(st.codecpar->codec_id), desc ? desc->comp[0].depth : 8));
       lease = {};   // a reopen chooses again
       lease = nvdec && opts.decoder == DecoderKind::Auto
                   ? opts.balancer->assign(opts.cuda_device, demand)

@@ -18,6 +18,9 @@ constexpr double kPx1080p = 1920.0 * 1080.0;
 //! A 1080p stream at `fps` (paced) or as fast as it decodes.
 DecodeDemand stream(double fps, bool paced = true) { return decode_demand(1920, 1080, fps, paced); }
 
+//! A 1080p stream of a codec that costs NVDEC half and the cores twice what H.264 does.
+DecodeDemand hevc(double fps, bool paced = true) { return decode_demand(1920, 1080, fps, paced, {0.5, 2}); }
+
 //! "n" for NVDEC, "c" for the cores, per lease.
 std::string choices(const std::vector<DecodeBalancer::Lease>& leases) {
   std::string s;
@@ -60,7 +63,17 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"unpaced after paced: what the paced leave", 100, 50,
              {stream(30), stream(30), stream(30), stream(30, false)}, "nnnc"},
         Case{"a 4K camera counts four times a 1080p one (100 of 90 fps)", 90, 500,
-             {decode_demand(3840, 2160, 25, true), stream(25)}, "cn"}));
+             {decode_demand(3840, 2160, 25, true), stream(25)}, "cn"},
+        // A codec costing NVDEC 0.5 and the cores 2 per pixel: NVDEC's 100 (1080p H.264 fps) take
+        // six 30 fps streams (15 each: 90; a seventh would make 105), the cores' 130 two (60 each:
+        // 120), and the ninth goes where it loads less (NVDEC 105 / 100 against the cores' 180 / 130).
+        Case{"codec cost: more streams fit where the codec is cheap, fewer where it is dear", 100, 130,
+             {hevc(30), hevc(30), hevc(30), hevc(30), hevc(30), hevc(30), hevc(30), hevc(30), hevc(30)},
+             "nnnnnnccn"},
+        // Unpaced: the rate a file would decode at is its share over its cost: NVDEC 100 / 0.5 = 200
+        // against the cores' 300 / 2 = 150, so NVDEC, where an H.264 file would go to the cores.
+        Case{"codec cost: an unpaced file goes where it decodes faster", 100, 300, {hevc(30, false)}, "n"},
+        Case{"codec cost: the same file in H.264 goes to the cores", 100, 300, {stream(30, false)}, "c"}));
 
 TEST(DecodeBalancer, LeasesGiveTheirLoadBack) {
   DecodeBalancer balancer(decode_capacity(60, 60));
@@ -99,6 +112,28 @@ TEST(DecodeBalancer, FixedDecodersCountAndEachGpuHasItsOwnNvdec) {
   EXPECT_EQ(balancer.assign(1, stream(30)).decoder(), DecoderKind::Nvdec) << "GPU 1's NVDEC is free";
   EXPECT_DOUBLE_EQ(balancer.cpu().paced, 30 * kPx1080p);
   EXPECT_DOUBLE_EQ(balancer.nvdec(0).capacity, 60 * kPx1080p);
+}
+
+TEST(DecodeBalancer, EachDecoderCountsAStreamAtItsCodecsCostThere) {
+  DecodeBalancer balancer(decode_capacity(100, 100));
+  auto lease = balancer.hold(DecoderKind::Nvdec, 0, hevc(30));
+  EXPECT_DOUBLE_EQ(balancer.nvdec(0).paced, 15 * kPx1080p);
+  lease.move_to_cpu();
+  EXPECT_DOUBLE_EQ(balancer.nvdec(0).paced, 0);
+  EXPECT_DOUBLE_EQ(balancer.cpu().paced, 60 * kPx1080p);
+  lease = {};
+  EXPECT_DOUBLE_EQ(balancer.cpu().paced, 0);
+}
+
+TEST(DecodeBalancer, CodecCostsAreMeasuredForHevcAndOneElsewhere) {
+  const CodecCost h264 = codec_cost("h264", 8), hevc = codec_cost("hevc", 8), hevc10 = codec_cost("hevc", 10);
+  EXPECT_EQ(h264.nvdec, 1);
+  EXPECT_EQ(h264.cpu, 1);
+  EXPECT_LT(hevc.nvdec, 1) << "NVDEC decodes HEVC faster than H.264";
+  EXPECT_GT(hevc.cpu, 1) << "the cores decode HEVC slower";
+  EXPECT_GE(hevc10.cpu, hevc.cpu) << "10-bit costs the cores at least what 8-bit does";
+  EXPECT_EQ(codec_cost("vp9", 8).cpu, 1) << "not measured: the unit";
+  EXPECT_EQ(codec_cost("h264", 10).nvdec, 1);
 }
 
 TEST(DecodeBalancer, NewCapacitiesApplyToTheNextChoice) {

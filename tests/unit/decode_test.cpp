@@ -472,6 +472,49 @@ TEST_F(DecodeTest, RealtimePacesFramesAtTheirPts) {
     EXPECT_GE(std::chrono::duration<double>(frames[i].decoded_at - frames[0].decoded_at).count(), i * 0.1 - 0.01);
 }
 
+// Hybrid decode counts a stream on the decoder it took at its pixel rate times its codec's cost
+// there, the codec and bit depth read from the stream.
+struct CostCase {
+  const char* name;
+  const char* encoder;   //!< ffmpeg arguments after the input
+  const char* codec;
+  int bit_depth;
+};
+
+const CostCase kCostCases[] = {
+    {"h264", "-c:v libx264 -pix_fmt yuv420p", "h264", 8},
+    {"hevc", "-c:v libx265 -pix_fmt yuv420p -x265-params pools=none:log-level=error", "hevc", 8},
+    {"hevc10", "-c:v libx265 -pix_fmt yuv420p10le -x265-params pools=none:log-level=error", "hevc", 10},
+};
+
+class DecodeCost : public DecodeTest, public ::testing::WithParamInterface<CostCase> {};
+
+TEST_P(DecodeCost, HybridDecodeCountsTheStreamAtItsCodecsCost) {
+  const CostCase& c = GetParam();
+  constexpr int kCostW = 64, kCostH = 48;
+  const fs::path clip = dir.path / "clip.mp4";
+  write_file(dir.path / "raw.yuv", random_bytes(size_t(kCostW) * kCostH * 3 / 2 * 4, 11));
+  ffmpeg(fmt::format("-f rawvideo -pix_fmt yuv420p -s {}x{} -r 25 -i {} {} -threads 1 {}", kCostW, kCostH,
+                     (dir.path / "raw.yuv").string(), c.encoder, clip.string()));
+  DecodeBalancer balancer(decode_capacity(100, 100));
+  SourceSpec spec = file_spec(clip);
+  spec.realtime = true;   // paced: counted by its rate
+  DecodeOptions options;
+  options.decoder = DecoderKind::Cpu;
+  options.balancer = &balancer;
+  {
+    VideoSource src(spec, "p", options);
+    src.open();
+    const double want = double(kCostW) * kCostH * 25 * codec_cost(c.codec, c.bit_depth).cpu;
+    EXPECT_DOUBLE_EQ(balancer.cpu().paced, want);
+    EXPECT_EQ(balancer.nvdec(-1).paced, 0);
+  }
+  EXPECT_EQ(balancer.cpu().paced, 0) << "the closed source gave its load back";
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, DecodeCost, ::testing::ValuesIn(kCostCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
 TEST_F(DecodeTest, InterruptEndsARealtimeWait) {
   std::vector<uint8_t> raw = random_bytes(3 * 32 * 32 * 3 / 2, 5);
   write_file(dir.path / "raw.yuv", raw);
