@@ -1,8 +1,11 @@
 #pragma once
-//! FFmpeg helpers for .cpp files that already use FFmpeg: error codes as text, and owning pointers
-//! for the FFmpeg objects the media layer creates.
+//! FFmpeg helpers for .cpp files that already use FFmpeg: error codes as text, owning pointers
+//! for the FFmpeg objects the media layer creates, and the decoded formats the ops read as they are.
 #include <memory>
+#include <optional>
 #include <string>
+
+#include "pipeline/ops/image.hpp"
 
 extern "C" {
 #include <libavcodec/avcodec.h>
@@ -37,6 +40,23 @@ struct SwsFree {
   void operator()(SwsContext* s) const { sws_freeContext(s); }
 };
 }  // namespace av
+
+//! The ops' format of software frames of `f` that the fused pass reads as they are (decoded
+//! straight into the frame pool); nullopt: the decode thread converts them first.
+inline std::optional<ops::PixelFormat> ops_format(AVPixelFormat f) {
+  switch (f) {
+    case AV_PIX_FMT_YUV420P:
+    case AV_PIX_FMT_YUVJ420P: return ops::PixelFormat::Yuv420p;
+    case AV_PIX_FMT_YUV422P:
+    case AV_PIX_FMT_YUVJ422P: return ops::PixelFormat::Yuv422p;
+    case AV_PIX_FMT_NV12: return ops::PixelFormat::Nv12;
+    case AV_PIX_FMT_P010LE: return ops::PixelFormat::P010;
+    case AV_PIX_FMT_YUV420P10LE: return ops::PixelFormat::Yuv420p10;
+    case AV_PIX_FMT_RGB24: return ops::PixelFormat::Rgb24;
+    case AV_PIX_FMT_BGR24: return ops::PixelFormat::Bgr24;
+    default: return std::nullopt;
+  }
+}
 
 using AvFormatPtr = std::unique_ptr<AVFormatContext, av::FormatClose>;   //!< an opened input
 using AvCodecPtr = std::unique_ptr<AVCodecContext, av::CodecFree>;

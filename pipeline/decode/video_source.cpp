@@ -36,20 +36,6 @@ using Clock = std::chrono::steady_clock;
 //! A DecodedFrame::owner holding `f`.
 std::shared_ptr<const void> owner_of(AvFramePtr f) { return std::shared_ptr<const AVFrame>(std::move(f)); }
 
-//! Formats the ops read in place; others are converted (see conversion_target).
-std::optional<ops::PixelFormat> direct_format(AVPixelFormat f) {
-  switch (f) {
-    case AV_PIX_FMT_YUV420P:
-    case AV_PIX_FMT_YUVJ420P: return ops::PixelFormat::Yuv420p;
-    case AV_PIX_FMT_NV12: return ops::PixelFormat::Nv12;
-    case AV_PIX_FMT_P010LE: return ops::PixelFormat::P010;
-    case AV_PIX_FMT_YUV420P10LE: return ops::PixelFormat::Yuv420p10;
-    case AV_PIX_FMT_RGB24: return ops::PixelFormat::Rgb24;
-    case AV_PIX_FMT_BGR24: return ops::PixelFormat::Bgr24;
-    default: return std::nullopt;
-  }
-}
-
 //! The ops' format for NVDEC frames of software format `sw` (NV12 for 8-bit 4:2:0, P010 for 10-bit).
 std::optional<ops::PixelFormat> nvdec_format(AVPixelFormat sw) {
   switch (sw) {
@@ -115,7 +101,8 @@ ops::ColorMatrix map_matrix(int cs, int height) {
 }
 
 ops::ColorRange map_range(int r, AVPixelFormat f) {
-  return r == AVCOL_RANGE_JPEG || f == AV_PIX_FMT_YUVJ420P ? ops::ColorRange::Full : ops::ColorRange::Limited;
+  const bool jpeg = f == AV_PIX_FMT_YUVJ420P || f == AV_PIX_FMT_YUVJ422P;
+  return r == AVCOL_RANGE_JPEG || jpeg ? ops::ColorRange::Full : ops::ColorRange::Limited;
 }
 
 //! TOP/BOTTOM/BOTTOMLEFT have no ops equivalent and are rare; they read as the H.264 default.
@@ -616,7 +603,7 @@ struct VideoSource::Impl {
       if (!frame->data[0] || !frame->data[1]) fail("NVDEC returned a frame without surface data");
       copies->wait();   // its copy, queued on the legacy stream: executors read it as finished memory
       av_frame_move_ref(out.get(), frame.get());
-    } else if (const auto direct = direct_format(pix)) {
+    } else if (const auto direct = ops_format(pix)) {
       info.format = *direct;
       if (opts.pool && opts.pool->owns(frame->data[0])) d.memory = opts.pool->memory();
       av_frame_move_ref(out.get(), frame.get());

@@ -358,7 +358,8 @@ RowPlan make_row_plan(const ops::Chain::Params& p, ops::PixelFormat format, ops:
   RowPlan plan;
   plan.x = tap_table(r, false, std::clamp(p.off_x, 0, r.dst_w), std::clamp(p.off_x + p.store.width, 0, r.dst_w));
   plan.y = tap_table(r, true, std::clamp(p.off_y, 0, r.dst_h), std::clamp(p.off_y + p.store.height, 0, r.dst_h));
-  const bool pickable = (format == ops::PixelFormat::Nv12 || format == ops::PixelFormat::Yuv420p) &&
+  const bool pickable = (format == ops::PixelFormat::Nv12 || format == ops::PixelFormat::Yuv420p ||
+                         format == ops::PixelFormat::Yuv422p) &&
                         upsample == ops::ChromaUpsample::Nearest;
   const int32_t n = plan.x.hi - plan.x.lo, taps = plan.x.taps;
   if (const int32_t f = box_factor(plan.x); pickable && f > 0 && f <= kMaxBox && box_path_pays()) {
@@ -651,7 +652,7 @@ struct PickedRow {
   PickedRow() = default;
   PickedRow(const ops::ImageView& img, int x0, int row) : par(x0 & 1), nv12(img.format == ops::PixelFormat::Nv12) {
     const int32_t cx0 = x0 >> 1, cw = (img.width + 1) >> 1;
-    const int64_t cy = row >> 1;
+    const int64_t cy = row >> ops::chroma_shift_y(img.format);
     y = img.data[0] + int64_t(row) * img.pitch[0] + x0;
     y_limit = img.width - x0;
     if (nv12) {
@@ -666,7 +667,7 @@ struct PickedRow {
 };
 
 //! FrameReader::yuv_gather's samples of row y at columns x0 + plan.cols[i], for a plan with picks
-//! (NV12 / YUV420P, nearest chroma): the same bytes, as floats.
+//! (NV12 / YUV420P / YUV422P, nearest chroma): the same bytes, as floats.
 void gather_picked(const ops::ImageView& img, int x0, int y, const RowPlan& plan, float* l, float* u, float* v) {
   const PickedRow row(img, x0, y);
   pick(row.y, row.y_limit, plan.luma, l, l + kPickLanes, kPickSlots);
@@ -1421,7 +1422,8 @@ void prefetch_row(const ops::ImageView& img, int x0, int y, const RowPlan& plan)
   const auto lines = [](const uint8_t* row, int64_t lo, int64_t hi) {
     for (int64_t i = lo & ~int64_t{63}; i <= hi; i += 64) __builtin_prefetch(row + i);
   };
-  const int64_t lo = x0 + plan.span_lo, hi = x0 + plan.span_hi, cy = y >> 1, bytes = ops::sample_bytes(img.format);
+  const int64_t lo = x0 + plan.span_lo, hi = x0 + plan.span_hi, cy = y >> ops::chroma_shift_y(img.format);
+  const int64_t bytes = ops::sample_bytes(img.format);
   switch (img.format) {
     case ops::PixelFormat::Nv12:
     case ops::PixelFormat::P010:
@@ -1430,6 +1432,7 @@ void prefetch_row(const ops::ImageView& img, int x0, int y, const RowPlan& plan)
       break;
     case ops::PixelFormat::Yuv420p:
     case ops::PixelFormat::Yuv420p10:
+    case ops::PixelFormat::Yuv422p:
       lines(img.data[0] + int64_t(y) * img.pitch[0], lo * bytes, hi * bytes + bytes - 1);
       lines(img.data[1] + cy * img.pitch[1], (lo >> 1) * bytes, (hi >> 1) * bytes + bytes - 1);
       lines(img.data[2] + cy * img.pitch[2], (lo >> 1) * bytes, (hi >> 1) * bytes + bytes - 1);

@@ -7,6 +7,8 @@
 #include <thread>
 #include <spdlog/fmt/fmt.h>
 
+#include "pipeline/decode/av_util.hpp"
+
 #if FRAMEFUSE_HAVE_CUDA
 #include "pipeline/cuda/cuda_raii.hpp"
 constexpr bool kCudaBuild = true;
@@ -25,20 +27,6 @@ namespace {
 constexpr int kRowAlign = 128;          //!< row pitch multiple: one GPU cache line, >= any CPU SIMD width
 constexpr size_t kTailPadding = 128;    //!< SIMD over-read past the last plane (FFmpeg pads 16 + STRIDE_ALIGN)
 constexpr size_t kHostAlign = 64;
-
-//! Formats the ops read in place (see video_source.cpp): the ones worth a pooled slot.
-bool pooled(AVPixelFormat f) {
-  switch (f) {
-    case AV_PIX_FMT_YUV420P:
-    case AV_PIX_FMT_YUVJ420P:
-    case AV_PIX_FMT_NV12:
-    case AV_PIX_FMT_P010LE:
-    case AV_PIX_FMT_YUV420P10LE:
-    case AV_PIX_FMT_RGB24:
-    case AV_PIX_FMT_BGR24: return true;
-    default: return false;
-  }
-}
 
 //! Every plane of a `width` x `height` frame of `f` in one buffer: rows padded to kRowAlign (by
 //! widening, as FFmpeg does, so that plane pitches keep their ratios), planes back to back.
@@ -231,7 +219,7 @@ int FramePool::fill(AVFrame* frame, int width, int height, const Wait& wait, Sta
 
 int FramePool::get_buffer2(AVCodecContext* codec, AVFrame* frame, int flags, const Wait& wait, Status& status) {
   status = Status::Ok;
-  if (!pooled(static_cast<AVPixelFormat>(frame->format))) return avcodec_default_get_buffer2(codec, frame, flags);
+  if (!ops_format(static_cast<AVPixelFormat>(frame->format))) return avcodec_default_get_buffer2(codec, frame, flags);
   int width = frame->width, height = frame->height;
   int linesize_align[AV_NUM_DATA_POINTERS];   // <= 64 bytes: kRowAlign satisfies every plane
   avcodec_align_dimensions2(codec, &width, &height, linesize_align);

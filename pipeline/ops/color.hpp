@@ -59,6 +59,7 @@ struct FrameReader {
   ColorParams color;
 
   static constexpr bool kYuv = F != PixelFormat::Rgb24 && F != PixelFormat::Bgr24;
+  static constexpr int kShiftY = chroma_shift_y(F);   //!< chroma row of luma row y: y >> kShiftY
 
   FF_HD Vec3 rgb(int x, int y) const {
     if constexpr (!kYuv) {
@@ -76,7 +77,7 @@ struct FrameReader {
   //! The samples rgb() converts at pixel (x, y) of a YUV format: luma and upsampled chroma.
   FF_HD void yuv(int x, int y, float& l, float& u, float& v) const {
     if (color.upsample == ChromaUpsample::Nearest) {
-      chroma_at(x >> 1, y >> 1, u, v);
+      chroma_at(x >> 1, y >> kShiftY, u, v);
     } else {
       chroma_linear(x, y, u, v);
     }
@@ -94,17 +95,17 @@ struct FrameReader {
     }
     int i = 0;
     if (n > 0 && (x0 & 1)) {   // odd first pixel: the second of its chroma pair
-      chroma_at(x0 >> 1, y >> 1, u[0], v[0]);
+      chroma_at(x0 >> 1, y >> kShiftY, u[0], v[0]);
       i = 1;
     }
     const int c0 = (x0 + i) >> 1, pairs = (n - i) >> 1;
     for (int j = 0; j < pairs; ++j) {
       float cu, cv;
-      chroma_at(c0 + j, y >> 1, cu, cv);
+      chroma_at(c0 + j, y >> kShiftY, cu, cv);
       u[i + 2 * j] = u[i + 2 * j + 1] = cu;
       v[i + 2 * j] = v[i + 2 * j + 1] = cv;
     }
-    if (i + 2 * pairs < n) chroma_at((x0 + n - 1) >> 1, y >> 1, u[n - 1], v[n - 1]);
+    if (i + 2 * pairs < n) chroma_at((x0 + n - 1) >> 1, y >> kShiftY, u[n - 1], v[n - 1]);
   }
 
   //! yuv() of the n pixels (x0 + xs[i], y), into l, u, v: the same samples, one loop per chroma mode.
@@ -113,7 +114,7 @@ struct FrameReader {
     if (color.upsample == ChromaUpsample::Nearest) {
       for (int i = 0; i < n; ++i) {
         l[i] = luma(x0 + xs[i], y);
-        chroma_at((x0 + xs[i]) >> 1, y >> 1, u[i], v[i]);
+        chroma_at((x0 + xs[i]) >> 1, y >> kShiftY, u[i], v[i]);
       }
     } else {
       for (int i = 0; i < n; ++i) {
@@ -151,11 +152,12 @@ struct FrameReader {
     }
   }
 
-  //! Bilinear chroma at luma pixel (x, y), honouring where chroma samples sit.
+  //! Bilinear chroma at luma pixel (x, y), honouring where chroma samples sit (4:2:2: on every
+  //! luma row, so only columns are interpolated).
   FF_HD void chroma_linear(int x, int y, float& u, float& v) const {
-    const int cw = (img.width + 1) >> 1, ch = (img.height + 1) >> 1;
+    const int cw = (img.width + 1) >> 1, ch = kShiftY ? (img.height + 1) >> 1 : img.height;
     const float fx = color.location == ChromaLocation::Center ? 0.5f * x - 0.25f : 0.5f * x;
-    const float fy = color.location == ChromaLocation::TopLeft ? 0.5f * y : 0.5f * y - 0.25f;
+    const float fy = !kShiftY ? float(y) : color.location == ChromaLocation::TopLeft ? 0.5f * y : 0.5f * y - 0.25f;
     const int x0 = floori(fx), y0 = floori(fy);
     const float ax = fx - float(x0), ay = fy - float(y0);
     const int xa = clampi(x0, 0, cw - 1), xb = clampi(x0 + 1, 0, cw - 1);

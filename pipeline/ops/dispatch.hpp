@@ -17,6 +17,7 @@ decltype(auto) dispatch_format(PixelFormat f, Fn&& fn) {
     case PixelFormat::Yuv420p: return fn(FormatTag<PixelFormat::Yuv420p>{});
     case PixelFormat::Rgb24: return fn(FormatTag<PixelFormat::Rgb24>{});
     case PixelFormat::Yuv420p10: return fn(FormatTag<PixelFormat::Yuv420p10>{});
+    case PixelFormat::Yuv422p: return fn(FormatTag<PixelFormat::Yuv422p>{});
     case PixelFormat::Bgr24: break;
   }
   return fn(FormatTag<PixelFormat::Bgr24>{});

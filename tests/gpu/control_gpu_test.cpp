@@ -540,6 +540,7 @@ TEST(GpuControlFused, ThumbnailAndRecordsEqualTheCpuOnEveryFormat) {
       {ops::PixelFormat::P010, 1280, 720, ops::ColorRange::Limited},  {ops::PixelFormat::Yuv420p, 333, 201, ops::ColorRange::Full},
       {ops::PixelFormat::Yuv420p, 100, 50, ops::ColorRange::Limited}, {ops::PixelFormat::Bgr24, 641, 359, ops::ColorRange::Full},
       {ops::PixelFormat::Yuv420p10, 1280, 720, ops::ColorRange::Limited},
+      {ops::PixelFormat::Yuv422p, 640, 480, ops::ColorRange::Full},
   };
   const cuda::Stream stream = cuda::make_stream();
   uint32_t seed = 900;

@@ -119,7 +119,8 @@ RandomCase draw_case(uint32_t seed) {
   RandomCase c;
   std::ostringstream text;
   c.format = d.pick({ops::PixelFormat::Nv12, ops::PixelFormat::P010, ops::PixelFormat::Yuv420p,
-                     ops::PixelFormat::Rgb24, ops::PixelFormat::Bgr24, ops::PixelFormat::Yuv420p10});
+                     ops::PixelFormat::Rgb24, ops::PixelFormat::Bgr24, ops::PixelFormat::Yuv420p10,
+                     ops::PixelFormat::Yuv422p});
   c.width = d.chance(0.1) ? d.in(2, 8) : d.in(2, 720);
   c.height = d.chance(0.1) ? d.in(2, 8) : d.in(2, 540);
   c.matrix = d.pick({ops::ColorMatrix::Bt601, ops::ColorMatrix::Bt709});

@@ -86,6 +86,8 @@ std::vector<GpuCase> cases() {
         out(200, 120, Interp::Area, Stretch, Bgr, Layout::Chw, DType::F32)}},
       {"yuv420p10_b2", PixelFormat::Yuv420p10, 1280, 720, bt709, limited, nearest, left, 2,
        {workloads::classify_spec(), out(160, 90, Interp::Area, Letterbox, Rgb, Layout::Hwc, DType::U8)}},
+      {"yuv422p_mjpeg_b2", PixelFormat::Yuv422p, 1280, 720, bt601, full, linear, center, 2,
+       {workloads::detect_spec(), out(160, 90, Interp::Area, Stretch, Rgb, Layout::Hwc, DType::U8)}},
       {"yuv420p_odd_b3", PixelFormat::Yuv420p, 333, 199, bt601, full, nearest, left, 3,
        {out(97, 61, Interp::Area, Stretch, Bgr, Layout::Chw, DType::F32),
         out(500, 301, Interp::Area, Stretch, Rgb, Layout::Hwc, DType::U8),

@@ -45,8 +45,20 @@ OutputSpec pixel_spec(ChannelOrder channels = ChannelOrder::Rgb) {
   return s;
 }
 
-//! The frame as OpenCV's single-Mat 4:2:0 layout: (h * 3 / 2) x w, Y then chroma, no row padding.
+//! The frame as OpenCV lays it out: 4:2:0 as one (h * 3 / 2) x w Mat, Y then chroma, no row padding;
+//! 4:2:2 as packed YUY2.
 cv::Mat to_cv_yuv(const HostImage& img) {
+  if (img.format == PixelFormat::Yuv422p) {   // planar 4:2:2 as OpenCV's packed YUY2: Y0 U Y1 V (even width)
+    cv::Mat m(img.height, img.width, CV_8UC2);
+    for (int y = 0; y < img.height; ++y) {
+      uint8_t* dst = m.ptr<uint8_t>(y);
+      for (int x = 0; x < img.width; ++x) {
+        dst[2 * x] = img.planes[0][size_t(y) * img.pitch[0] + x];
+        dst[2 * x + 1] = img.planes[x % 2 == 0 ? 1 : 2][size_t(y) * img.pitch[1] + x / 2];
+      }
+    }
+    return m;
+  }
   cv::Mat m(img.height * 3 / 2, img.width, CV_8UC1);
   uint8_t* dst = m.data;
   for (int i = 0; i < ops::plane_count(img.format); ++i) {
@@ -107,7 +119,8 @@ std::string describe(const U8Diff& d, const cv::Mat& theirs) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Colour: cvtColor YUV -> RGB/BGR (BT.601 limited, chroma replicated over 2x2) vs our reader.
+// Colour: cvtColor YUV -> RGB/BGR (BT.601 limited, chroma replicated over 2x2; 4:2:2 as YUY2, over
+// 2x1) vs our reader.
 
 struct ColorCase {
   const char* name;
@@ -125,6 +138,8 @@ constexpr ColorCase kColorCases[] = {
     {"nv12_rgb_2x2", PixelFormat::Nv12, cv::COLOR_YUV2RGB_NV12, ChannelOrder::Rgb, 2, 2},
     {"nv12_rgb_1920x1080", PixelFormat::Nv12, cv::COLOR_YUV2RGB_NV12, ChannelOrder::Rgb, 1920, 1080},
     {"i420_rgb_1280x720", PixelFormat::Yuv420p, cv::COLOR_YUV2RGB_I420, ChannelOrder::Rgb, 1280, 720},
+    {"yuv422p_rgb_64x48", PixelFormat::Yuv422p, cv::COLOR_YUV2RGB_YUY2, ChannelOrder::Rgb, 64, 48},
+    {"yuv422p_bgr_34x17", PixelFormat::Yuv422p, cv::COLOR_YUV2BGR_YUY2, ChannelOrder::Bgr, 34, 17},
 };
 
 void PrintTo(const ColorCase& c, std::ostream* os) { *os << c.name; }

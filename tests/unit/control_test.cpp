@@ -336,6 +336,7 @@ TEST(Thumbnail, MatchesItsDefinitionOnEveryFormatAndRange) {
       {ops::PixelFormat::Yuv420p, 100, 50, ops::ColorRange::Limited}, {ops::PixelFormat::Rgb24, 320, 180, ops::ColorRange::Full},
       {ops::PixelFormat::Bgr24, 641, 359, ops::ColorRange::Limited},   // RGB is full range whatever the stream says
       {ops::PixelFormat::Yuv420p10, 1920, 1080, ops::ColorRange::Limited},
+      {ops::PixelFormat::Yuv422p, 640, 480, ops::ColorRange::Full},
   };
   uint32_t seed = 70;
   for (const Case& c : cases) {

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <random>
 #include <string>
@@ -146,6 +147,16 @@ TEST(CpuRows, TableOfRatiosAndStores) {
        {output("box", 31, 20, Interp::Area, DType::F32, Layout::Chw),
         output("lin", 150, 90, Interp::Linear, DType::U8, Layout::Hwc, ChannelOrder::Bgr, AspectMode::Letterbox)},
        2, 2, 6u},
+      // 4:2:2 (MJPEG cameras): the picked and box paths with a chroma row per luma row, and linear chroma
+      {PixelFormat::Yuv422p, 192, 108, ChromaUpsample::Nearest, ChromaLocation::Center,
+       {output("box3", 64, 36, Interp::Area, DType::U8, Layout::Hwc),
+        output("lin", 100, 57, Interp::Linear, DType::F32, Layout::Chw, ChannelOrder::Bgr, AspectMode::Letterbox),
+        output("near", 31, 77, Interp::Nearest, DType::F16, Layout::Hwc)},
+       2, 2, 7u},
+      {PixelFormat::Yuv422p, 101, 67, ChromaUpsample::Linear, ChromaLocation::Center,
+       {output("down", 45, 30, Interp::Linear, DType::F32, Layout::Chw, ChannelOrder::Gray),
+        output("areaup", 203, 70, Interp::Area, DType::U8, Layout::Hwc, ChannelOrder::Rgb, AspectMode::CenterCropFill)},
+       1, 2, 8u},
   };
   for (const Case& c : cases) expect_rows_equal_pixels(c);
 }
@@ -155,7 +166,7 @@ TEST(CpuRows, SeededRandomPipelines) {
   const auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint32_t>(n)); };
   for (uint32_t i = 0; i < 60; ++i) {
     Case c{};
-    c.format = static_cast<PixelFormat>(pick(6));
+    c.format = static_cast<PixelFormat>(pick(ops::kPixelFormats));
     c.fw = 8 + pick(150);
     c.fh = 8 + pick(120);
     c.upsample = static_cast<ChromaUpsample>(pick(2));
@@ -268,7 +279,7 @@ TEST(CpuRows, SeededIntegerRatios) {
   const auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint32_t>(n)); };
   for (uint32_t i = 0; i < 40; ++i) {
     Case c{};
-    c.format = pick(2) ? PixelFormat::Nv12 : PixelFormat::Yuv420p;
+    c.format = std::array{PixelFormat::Nv12, PixelFormat::Yuv420p, PixelFormat::Yuv422p}[size_t(pick(3))];
     c.fw = 40 + pick(400);
     c.fh = 16 + pick(60);
     c.upsample = ChromaUpsample::Nearest;

@@ -223,6 +223,11 @@ const FormatCase kFormatCases[] = {
     {"bgr24", ops::PixelFormat::Bgr24, 3 * W * H, {}, [](const auto& r) { return split(r, ops::PixelFormat::Bgr24); }, 0},
     {"yuvj420p", ops::PixelFormat::Yuv420p, W * H + 2 * CW * CH, {},
      [](const auto& r) { return split(r, ops::PixelFormat::Yuv420p); }, 0},
+    // 4:2:2 (MJPEG cameras decode to yuvj422p) as it is: a chroma row per luma row.
+    {"yuv422p", ops::PixelFormat::Yuv422p, W * H + 2 * CW * H, {},
+     [](const auto& r) { return split(r, ops::PixelFormat::Yuv422p); }, 0},
+    {"yuvj422p", ops::PixelFormat::Yuv422p, W * H + 2 * CW * H, {},
+     [](const auto& r) { return split(r, ops::PixelFormat::Yuv422p); }, 0},
     {"rgba", ops::PixelFormat::Rgb24, 4 * W * H, {},
      [](const auto& r) {
        std::vector<uint8_t> rgb;
@@ -366,6 +371,28 @@ TEST_F(DecodeTest, FilesThatAreNotVideoAreRejected) {
   const fs::path audio = dir.path / "tone.m4a";
   ffmpeg(fmt::format("-f lavfi -i sine=d=0.5 -c:a aac {}", audio.string()));
   EXPECT_EQ(error_of(audio), fmt::format("pipeline 'p': source '{}': no video stream", audio.string()));
+}
+
+// An MJPEG camera's frames (yuvj422p: full range, chroma centred between luma columns) reach the
+// ops as 4:2:2, the samples FFmpeg's own decoder writes, with no conversion on the decode thread.
+TEST_F(DecodeTest, MjpegFramesArriveAsFullRange422WithTheDecodersSamples) {
+  const fs::path clip = dir.path / "camera.avi";
+  ffmpeg(fmt::format("-f lavfi -i testsrc2=s=70x46:r=10:d=0.5 -c:v mjpeg -pix_fmt yuvj422p {}", clip.string()));
+  ffmpeg(fmt::format("-i {} -f rawvideo -pix_fmt yuvj422p {}", clip.string(), (dir.path / "raw.yuv").string()));
+  const std::vector<uint8_t> raw = read_file(dir.path / "raw.yuv");
+  VideoSource src(file_spec(clip), "p");
+  src.open();
+  const auto frames = read_all(src);
+  ASSERT_EQ(frames.size(), 5u);
+  const size_t frame_bytes = size_t(W) * H + 2 * size_t(CW) * H;
+  ASSERT_EQ(raw.size(), frames.size() * frame_bytes);
+  for (size_t i = 0; i < frames.size(); ++i) {
+    EXPECT_EQ(frames[i].info.format, ops::PixelFormat::Yuv422p);
+    EXPECT_EQ(frames[i].info.range, ops::ColorRange::Full);
+    EXPECT_EQ(frames[i].info.chroma_location, ops::ChromaLocation::Center);
+    const std::vector<uint8_t> want(raw.begin() + long(i * frame_bytes), raw.begin() + long((i + 1) * frame_bytes));
+    EXPECT_EQ(tight_planes(frames[i]), split(want, ops::PixelFormat::Yuv422p)) << "frame " << i;
+  }
 }
 
 TEST_F(DecodeTest, CorruptPacketsAreCountedAndSkipped) {

@@ -295,6 +295,14 @@ const Combo kCombos[] = {
        s.aspect = AspectMode::Letterbox;
        s.dtype = DType::F16;
      }},
+    {"yuv422p_linear_crop_area_u8", PixelFormat::Yuv422p, 77, 45, ChromaUpsample::Linear, ChromaLocation::Center,
+     [](OutputSpec& s) {
+       s.crop = {5, 3, 60, 40, false};
+       s.resize = {20, 13, 0};
+       s.interp = Interp::Area;
+       s.layout = Layout::Hwc;
+       s.dtype = DType::U8;
+     }},
     {"yuv420p_area_up_gray_f32", PixelFormat::Yuv420p, 33, 17, ChromaUpsample::Linear, ChromaLocation::TopLeft,
      [](OutputSpec& s) {
        s.resize = {64, 31, 0};

@@ -202,15 +202,17 @@ std::array<double, 2> ref_chroma(const test::HostImage& img, int i, int j) {
   return {ref_sample(img, 1, i, j, 0, 2), ref_sample(img, 1, i, j, 1, 2)};
 }
 
-//! Chroma at luma pixel (x, y): nearest = the 2x2 block's sample; linear = bilinear between sample
-//! positions (in luma units: x = 2i (+0.5 when centred), y = 2j + 0.5 (top-left: 2j)), edges held.
+//! Chroma at luma pixel (x, y): nearest = the 2x2 block's sample (2x1 in 4:2:2); linear = bilinear
+//! between sample positions (in luma units: x = 2i (+0.5 when centred), y = 2j + 0.5 (top-left: 2j;
+//! 4:2:2: j, every row)), edges held.
 std::array<double, 2> ref_chroma_at(const test::HostImage& img, int x, int y, ops::ChromaUpsample up,
                                     ops::ChromaLocation loc) {
-  if (up == ops::ChromaUpsample::Nearest) return ref_chroma(img, x / 2, y / 2);
-  const int cw = (img.width + 1) / 2, ch = (img.height + 1) / 2;
+  const bool rows_full = img.format == PixelFormat::Yuv422p;   // a chroma row per luma row
+  if (up == ops::ChromaUpsample::Nearest) return ref_chroma(img, x / 2, rows_full ? y : y / 2);
+  const int cw = (img.width + 1) / 2, ch = rows_full ? img.height : (img.height + 1) / 2;
   const double x0 = loc == ops::ChromaLocation::Center ? 0.5 : 0.0;
   const double y0 = loc == ops::ChromaLocation::TopLeft ? 0.0 : 0.5;
-  const double tx = (x - x0) / 2.0, ty = (y - y0) / 2.0;
+  const double tx = (x - x0) / 2.0, ty = rows_full ? y : (y - y0) / 2.0;
   const int i = static_cast<int>(std::floor(tx)), j = static_cast<int>(std::floor(ty));
   const double ax = tx - i, ay = ty - j;
   std::array<double, 2> out{};
@@ -239,7 +241,8 @@ template <class Tag>
 class ReaderTest : public testing::Test {};
 using AllFormats = testing::Types<ops::FormatTag<PixelFormat::Nv12>, ops::FormatTag<PixelFormat::P010>,
                                   ops::FormatTag<PixelFormat::Yuv420p>, ops::FormatTag<PixelFormat::Rgb24>,
-                                  ops::FormatTag<PixelFormat::Bgr24>, ops::FormatTag<PixelFormat::Yuv420p10>>;
+                                  ops::FormatTag<PixelFormat::Bgr24>, ops::FormatTag<PixelFormat::Yuv420p10>,
+                                  ops::FormatTag<PixelFormat::Yuv422p>>;
 TYPED_TEST_SUITE(ReaderTest, AllFormats);
 
 TYPED_TEST(ReaderTest, MatchesDoubleReferenceForEveryColourSetting) {
