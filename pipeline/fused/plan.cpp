@@ -1,6 +1,7 @@
 #include "pipeline/fused/plan.hpp"
 
 #include <cmath>
+#include <iterator>
 #include <spdlog/fmt/fmt.h>
 
 #include "pipeline/error.hpp"
@@ -185,6 +186,7 @@ std::vector<OutputPlan> make_output_plans(const PipelineSpec& spec, const FrameI
 
 std::string describe(const FrameInfo& f) {
   static constexpr const char* kFormats[] = {"nv12", "p010", "yuv420p", "rgb24", "bgr24", "yuv420p10", "yuv422p"};
+  static_assert(std::size(kFormats) == ops::kPixelFormats, "a name for every ops::PixelFormat");
   return fmt::format("{}x{} {} {}/{}", f.width, f.height, kFormats[static_cast<int>(f.format)],
                      f.matrix == ops::ColorMatrix::Bt709 ? "bt709" : "bt601",
                      f.range == ops::ColorRange::Full ? "full" : "limited");

@@ -16,7 +16,8 @@ namespace framefuse::ops {
 //!  Yuv422p: planes Y, U, V (u8), chroma subsampled 2x horizontally only (software decode of MJPEG
 //!           cameras, YUVJ422P, and of 4:2:2 H.264/HEVC).
 enum class PixelFormat : uint8_t { Nv12, P010, Yuv420p, Rgb24, Bgr24, Yuv420p10, Yuv422p };
-inline constexpr int kPixelFormats = 7;   //!< PixelFormat's values are 0 .. kPixelFormats - 1
+//! PixelFormat's values are 0 .. kPixelFormats - 1 (Yuv422p the last).
+inline constexpr int kPixelFormats = static_cast<int>(PixelFormat::Yuv422p) + 1;
 
 enum class ColorMatrix : uint8_t { Bt601, Bt709 };
 enum class ColorRange : uint8_t { Limited, Full };
