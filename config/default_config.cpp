@@ -21,6 +21,9 @@ http:
 decode:                            # hybrid decode: `decoder: auto` streams spread over NVDEC and the cores
   nvdec_fps: 15360                 # per GPU, 1080p frames per second (an H200 held 512 live 1080p30 streams)
   cpu_fps: auto                    # what the cores decode in software (auto = 100 per hardware thread)
+  codec_costs:                     # per pixel against 8-bit H.264 on NVDEC and on the cores; unlisted codecs: 1
+    hevc: {nvdec: 0.8, cpu: 1.9}   # measured on an H200 host (REFERENCE.md, "Hybrid decode")
+    hevc_10bit: {nvdec: 0.8, cpu: 2.2}   # streams of more than 8 bits per sample
 device: auto                       # auto (first CUDA device, else cpu) | cpu | cuda | cuda:N
 readiness: all                     # /readyz: all = every pipeline streaming, any = at least one
 drain_timeout: 5s                  # on shutdown, time for queued frames to finish (0s = none)

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -20,6 +21,7 @@
 
 #include "config/units.hpp"
 #include "pipeline/control/delay_ring.hpp"
+#include "pipeline/decode/codec_cost.hpp"
 #include "pipeline/error.hpp"
 #include "pipeline/exec/device.hpp"
 #include "pipeline/memory/frame_memory.hpp"
@@ -276,22 +278,38 @@ class Value {
 //! An empty value (`http:` with nothing after it) is an empty mapping: all defaults.
 class Map {
  public:
-  Map(const Value& self, std::initializer_list<std::string_view> known) : self_(self) {
+  struct Entry {
+    std::string key;
+    int key_line;
+    Value value;
+  };
+  //! Why `key` may not appear in this mapping; empty when it may.
+  using KeyCheck = std::function<std::string(std::string_view key)>;
+
+  Map(const Value& self, std::initializer_list<std::string_view> known)
+      : Map(self, [known_keys = std::vector<std::string_view>(known)](std::string_view key) {
+          const bool ok = std::find(known_keys.begin(), known_keys.end(), key) != known_keys.end();
+          return ok ? std::string() : unknown_key_message(key, known_keys);
+        }) {}
+
+  //! A mapping whose keys are names `reject` accepts (e.g. a table keyed by codec).
+  Map(const Value& self, const KeyCheck& reject) : self_(self) {
     if (self.is_null()) return;
     if (!self.node().IsMap()) self.fail(fmt::format("expected a mapping, got {}", self.kind()));
-    const std::vector<std::string_view> known_keys(known);
     for (const auto& kv : self.node()) {
       const YAML::Node k = kv.first, v = kv.second;
       if (!k.IsScalar()) Value(self.doc(), k, self.path(), k.Mark()).fail("keys must be plain names");
       const std::string key = k.Scalar();
       const Value at_key(self.doc(), k, self.key_path(key), k.Mark());
-      if (std::find(known_keys.begin(), known_keys.end(), key) == known_keys.end())
-        at_key.fail(unknown_key_message(key, known_keys));
+      if (const std::string why = reject(key); !why.empty()) at_key.fail(why);
       if (const auto dup = find(key)) at_key.fail(fmt::format("duplicate key (first at line {})", dup->key_line));
       entries_.push_back(
           {key, k.Mark().line + 1, Value(self.doc(), v, self.key_path(key), v.IsNull() ? k.Mark() : v.Mark())});
     }
   }
+
+  //! The keys and values in the order the document gives them.
+  const std::vector<Entry>& entries() const { return entries_; }
 
   std::optional<Value> get(std::string_view key) const {
     const auto e = find(key);
@@ -311,12 +329,6 @@ class Map {
   const Value& self() const { return self_; }
 
  private:
-  struct Entry {
-    std::string key;
-    int key_line;
-    Value value;
-  };
-
   std::optional<Entry> find(std::string_view key) const {
     for (const Entry& e : entries_) {
       if (e.key == key) return e;
@@ -413,11 +425,29 @@ HttpConfig read_http(const Value& v) {
   return c;
 }
 
+//! `decode.codec_costs`: entries over the measured table; a field left out keeps the key's measured
+//! cost (1 where none was measured).
+void read_codec_costs(const Value& v, CodecCosts& costs) {
+  const Map m(v, [](std::string_view key) {
+    return is_codec_cost_key(key) ? std::string()
+                                  : fmt::format("unknown codec '{}' (expected an FFmpeg video codec name such as "
+                                                "h264, hevc, av1, vp9, mjpeg; + _10bit for deeper streams)",
+                                                key);
+  });
+  for (const Map::Entry& e : m.entries()) {
+    const Map fields = e.value.map({"nvdec", "cpu"});
+    CodecCost& cost = costs[e.key];   // a new key starts at the unit
+    if (const auto x = fields.get("nvdec")) cost.nvdec = x->number(0.01, 100);
+    if (const auto x = fields.get("cpu")) cost.cpu = x->number(0.01, 100);
+  }
+}
+
 DecodeConfig read_decode(const Value& v) {
-  const Map m = v.map({"nvdec_fps", "cpu_fps"});
+  const Map m = v.map({"nvdec_fps", "cpu_fps", "codec_costs"});
   DecodeConfig c;
   if (const auto x = m.get("nvdec_fps")) c.nvdec_fps = x->number(1, 1e6);
   if (const auto x = m.get("cpu_fps"); x && x->text() != "auto") c.cpu_fps = x->number(1, 1e6);
+  if (const auto x = m.get("codec_costs")) read_codec_costs(*x, c.codec_costs);
   return c;
 }
 

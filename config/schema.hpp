@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "pipeline/decode/codec_cost.hpp"
 #include "pipeline/spec.hpp"
 
 namespace framefuse::config {
@@ -35,6 +36,9 @@ struct DecodeConfig {
   //! 4,126 fps on NVDEC alone, 1.04x that spread 7 + 1; tests/bench/RESULTS.md, sessions 13-14).
   double nvdec_fps = 15360;
   double cpu_fps = 0;        //!< the host's cores; 0 = auto (decode_capacity(): 100 per hardware thread)
+  //! What a pixel of each codec costs against both (codec_cost.hpp): the measured table, with
+  //! `codec_costs:` entries over it.
+  CodecCosts codec_costs = measured_codec_costs();
   bool operator==(const DecodeConfig&) const = default;
 };
 

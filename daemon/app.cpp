@@ -23,13 +23,18 @@ double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+//! Hybrid decode's capacities and codec costs as `decode:` sets them.
+DecodeBalancer::Capacity capacity_of(const config::DecodeConfig& d) {
+  return decode_capacity(d.nvdec_fps, d.cpu_fps, d.codec_costs);
+}
+
 }  // namespace
 
 App::App(config::DaemonConfig config, Overrides overrides) : overrides_(std::move(overrides)) {
   apply_overrides(config);
   probe_ = probe_cuda();
   config_ = std::make_shared<const config::DaemonConfig>(std::move(config));
-  balancer_.set_capacity(decode_capacity(config_->decode.nvdec_fps, config_->decode.cpu_fps));
+  balancer_.set_capacity(capacity_of(config_->decode));
   const DeviceSpec resolved = resolve_device(config_->device, probe_);   // throws DeviceError
   check_devices(*config_);
   if (probe_.devices == 0) {
@@ -207,7 +212,7 @@ bool App::reload() {
   }
   auto old = config_;
   config_ = std::make_shared<const config::DaemonConfig>(std::move(next));
-  balancer_.set_capacity(decode_capacity(config_->decode.nvdec_fps, config_->decode.cpu_fps));   // streams keep their decoders until they reopen
+  balancer_.set_capacity(capacity_of(config_->decode));   // streams keep their decoders until they reopen
   // A batch group is kept when its spec and device are; a replaced one is replaced with all its
   // members, which stop (drain) before it goes.
   std::set<std::string> kept_groups;

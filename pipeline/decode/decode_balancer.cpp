@@ -40,7 +40,12 @@ void DecodeBalancer::Lease::move_to_cpu() {
 
 void DecodeBalancer::set_capacity(Capacity capacity) {
   std::lock_guard lock(mu_);
-  capacity_ = capacity;
+  capacity_ = std::move(capacity);
+}
+
+CodecCost DecodeBalancer::codec_cost(std::string_view codec, int bit_depth) const {
+  std::lock_guard lock(mu_);
+  return framefuse::codec_cost(capacity_.costs, codec, bit_depth);
 }
 
 void DecodeBalancer::add(DecoderKind decoder, int device, const DecodeDemand& demand, int sign) {
@@ -106,23 +111,15 @@ DecodeBalancer::Lease DecodeBalancer::hold(DecoderKind decoder, int device, cons
   return lease;
 }
 
-DecodeBalancer::Capacity decode_capacity(double nvdec_fps, double cpu_fps) {
+DecodeBalancer::Capacity decode_capacity(double nvdec_fps, double cpu_fps, const CodecCosts& costs) {
   constexpr double kCpuFpsPerThread = 100;
   if (!(cpu_fps > 0)) cpu_fps = kCpuFpsPerThread * std::max(1u, std::thread::hardware_concurrency());
-  return {pixels_per_s_1080p(nvdec_fps), pixels_per_s_1080p(cpu_fps)};
+  return {pixels_per_s_1080p(nvdec_fps), pixels_per_s_1080p(cpu_fps), costs};
 }
 
 DecodeDemand decode_demand(int width, int height, double fps, bool paced, CodecCost cost) {
   constexpr double kAssumedFps = 30;
   return {double(width) * double(height) * (fps > 0 ? fps : kAssumedFps), paced, cost};
-}
-
-CodecCost codec_cost(std::string_view codec, int bit_depth) {
-  // Against 8-bit H.264 on camera-style 1080p clips of one scene (one reference, no B-frames):
-  // NVDEC by the H200's decode ceiling over 4 sessions (1,817 / 2,266 / 2,262 fps), the cores by
-  // CPU time per frame (8.2 / 15.9 / 18.4 ms). config/REFERENCE.md, "Hybrid decode".
-  if (codec == "hevc") return bit_depth > 8 ? CodecCost{0.8, 2.2} : CodecCost{0.8, 1.9};
-  return {};
 }
 
 }  // namespace framefuse

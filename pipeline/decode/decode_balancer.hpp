@@ -17,17 +17,12 @@
 #include <map>
 #include <mutex>
 #include <string_view>
+#include <utility>
 
+#include "pipeline/decode/codec_cost.hpp"
 #include "pipeline/spec.hpp"
 
 namespace framefuse {
-
-//! What decoding a pixel of a codec costs, relative to 8-bit 4:2:0 H.264 (the unit of the
-//! capacities), on NVDEC and on the cores (codec_cost()).
-struct CodecCost {
-  double nvdec = 1;
-  double cpu = 1;
-};
 
 //! What a stream asks of its decoder.
 struct DecodeDemand {
@@ -38,10 +33,12 @@ struct DecodeDemand {
 
 class DecodeBalancer {
  public:
-  //! Decode capacities in pixels per second: `nvdec` of each CUDA device, `cpu` of the host.
+  //! Decode capacities in pixels per second of 8-bit H.264: `nvdec` of each CUDA device, `cpu` of
+  //! the host; and what a pixel of each codec costs against them.
   struct Capacity {
     double nvdec = 0;
     double cpu = 0;
+    CodecCosts costs = measured_codec_costs();
   };
   //! What one decoder carries, in pixels per second of 8-bit H.264 (a stream's pixels per second
   //! times its codec's cost there).
@@ -75,12 +72,15 @@ class DecodeBalancer {
     DecodeDemand demand_;
   };
 
-  explicit DecodeBalancer(Capacity capacity) : capacity_(capacity) {}
+  explicit DecodeBalancer(Capacity capacity) : capacity_(std::move(capacity)) {}
   DecodeBalancer(const DecodeBalancer&) = delete;
   DecodeBalancer& operator=(const DecodeBalancer&) = delete;
 
-  //! The capacities from now on (a reload); leases keep their decoders.
+  //! The capacities and codec costs from now on (a reload); leases keep their decoders and loads.
   void set_capacity(Capacity capacity);
+  //! What a stream of `codec` (FFmpeg's name) at `bit_depth` bits per sample costs, by the
+  //! capacity's costs (codec_cost()).
+  CodecCost codec_cost(std::string_view codec, int bit_depth) const;
   //! Chooses NVDEC of CUDA device `device` or the cores for an `auto` stream (class comment).
   Lease assign(int device, const DecodeDemand& demand);
   //! Counts a stream whose decoder is fixed: `decoder` Nvdec (on `device`) or Cpu.
@@ -103,16 +103,13 @@ class DecodeBalancer {
 constexpr double pixels_per_s_1080p(double fps) { return fps * 1920.0 * 1080.0; }
 
 //! Capacities from 1080p frames per second: `nvdec_fps` per GPU, `cpu_fps` for the cores (0: auto,
-//! 100 per hardware thread: the 16 threads of the H200 host decoded 1,365-1,620 fps in software).
-DecodeBalancer::Capacity decode_capacity(double nvdec_fps, double cpu_fps);
+//! 100 per hardware thread: the 16 threads of the H200 host decoded 1,365-1,620 fps in software),
+//! with codec costs `costs`.
+DecodeBalancer::Capacity decode_capacity(double nvdec_fps, double cpu_fps,
+                                         const CodecCosts& costs = measured_codec_costs());
 
 //! What a stream of `width` x `height` at `fps` (0: unknown, 30 assumed) of a codec costing `cost`
 //! asks, paced or not.
 DecodeDemand decode_demand(int width, int height, double fps, bool paced, CodecCost cost = {});
-
-//! The cost per pixel of FFmpeg's codec `codec` (avcodec_get_name) at `bit_depth` bits per sample,
-//! measured against 8-bit H.264 (tests/bench/RESULTS.md, session 21): HEVC, 8- and 10-bit, costs
-//! NVDEC less and the cores more; codecs not measured cost 1.
-CodecCost codec_cost(std::string_view codec, int bit_depth);
 
 }  // namespace framefuse

@@ -265,7 +265,8 @@ struct VideoSource::Impl {
       const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(static_cast<AVPixelFormat>(st.codecpar->format));
       const DecodeDemand demand =
           decode_demand(st.codecpar->width, st.codecpar->height, fps, rtsp() || spec.realtime,
-                        codec_cost(avcodec_get_name(st.codecpar->codec_id), desc ? desc->comp[0].depth : 8));
+                        opts.balancer->codec_cost(avcodec_get_name(st.codecpar->codec_id),
+                                                  desc ? desc->comp[0].depth : 8));
       lease = {};   // a reopen chooses again
       lease = nvdec && opts.decoder == DecoderKind::Auto
                   ? opts.balancer->assign(opts.cuda_device, demand)

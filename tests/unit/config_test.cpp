@@ -582,7 +582,41 @@ TEST(Load, DecodeCapacitiesAreNumbersOrAuto) {
   const auto error = [&](const std::string& decode) { return error_of([&] { load(decode); }); };
   EXPECT_EQ(error("{nvdec_fps: 0}"), "d.yaml:1:21: decode.nvdec_fps: must be between 1 and 1000000, got 0");
   EXPECT_EQ(error("{cpu_fps: many}"), "d.yaml:1:19: decode.cpu_fps: expected a number, got 'many'");
-  EXPECT_EQ(error("{nvdec: 5}"), "d.yaml:1:10: decode.nvdec: unknown key 'nvdec' (expected nvdec_fps, cpu_fps)");
+  EXPECT_EQ(error("{nvdec: 5}"),
+            "d.yaml:1:10: decode.nvdec: unknown key 'nvdec' (expected nvdec_fps, cpu_fps, codec_costs)");
+}
+
+TEST(Load, CodecCostsGoOverTheMeasuredTable) {
+  const auto load = [](const std::string& costs) {
+    return load_string("decode:\n  codec_costs: " + costs +
+                           "\npipelines:\n  - {name: a, source: {uri: 'rtsp://h/1'}, outputs: [{name: o}], "
+                           "sink: {type: null}}\n",
+                       "d.yaml", "/tmp")
+        .decode.codec_costs;
+  };
+  const CodecCosts& measured = measured_codec_costs();
+  ASSERT_TRUE(measured.count("hevc") && measured.count("hevc_10bit"));
+  CodecCosts want = measured;
+  want["hevc"].cpu = 3;              // a field left out keeps the measured one
+  want["av1"] = {0.5, 4};            // a new codec
+  want["vp9_10bit"] = {1, 2.5};      // a new key starts at the unit
+  EXPECT_EQ(load("{hevc: {cpu: 3}, av1: {nvdec: 0.5, cpu: 4}, vp9_10bit: {cpu: 2.5}}"), want);
+  EXPECT_EQ(load("{}"), measured);
+  EXPECT_EQ(load("{h264: }").at("h264"), CodecCost{}) << "an empty entry is the unit, or the measured cost";
+  EXPECT_EQ(load("{hevc: {}}").at("hevc"), measured.at("hevc"));
+
+  const auto error = [&](const std::string& costs) { return error_of([&] { load(costs); }); };
+  EXPECT_EQ(error("{hvec: {cpu: 2}}"),
+            "d.yaml:2:17: decode.codec_costs.hvec: unknown codec 'hvec' (expected an FFmpeg video codec name such "
+            "as h264, hevc, av1, vp9, mjpeg; + _10bit for deeper streams)");
+  EXPECT_NE(error("{mp3: {cpu: 2}}").find("unknown codec 'mp3'"), std::string::npos) << "an audio codec";
+  EXPECT_NE(error("{hevc_12bit: {cpu: 2}}").find("unknown codec 'hevc_12bit'"), std::string::npos);
+  EXPECT_EQ(error("{hevc: {cpu: 0}}"), "d.yaml:2:29: decode.codec_costs.hevc.cpu: must be between 0.01 and 100, got 0");
+  EXPECT_EQ(error("{hevc: {gpu: 1}}"),
+            "d.yaml:2:24: decode.codec_costs.hevc.gpu: unknown key 'gpu' (did you mean 'cpu'?)");
+  EXPECT_EQ(error("{hevc: 2}"), "d.yaml:2:23: decode.codec_costs.hevc: expected a mapping, got a single value");
+  EXPECT_EQ(error("{hevc: {cpu: 2}, hevc: {cpu: 3}}"),
+            "d.yaml:2:33: decode.codec_costs.hevc: duplicate key (first at line 2)");
 }
 
 TEST(Load, CudaIpcSinkIsARingOnACudaDevice) {
@@ -768,6 +802,10 @@ void collect_keys(const YAML::Node& n, const std::string& path, std::set<std::st
 TEST(DefaultConfig, MatchesTheKeyReference) {
   std::set<std::string> in_default;
   collect_keys(YAML::Load(default_config_yaml()), "", in_default);
+  // A table keyed by codec is one row of the reference.
+  const std::string costs = "decode.codec_costs";
+  EXPECT_EQ(std::erase_if(in_default, [&](const std::string& k) { return k.starts_with(costs + "."); }), 4u);
+  in_default.insert(costs);
   std::set<std::string> in_reference;
   const std::string reference = read_text(kSourceDir / "config/REFERENCE.md");
   const std::regex row(R"(^\| `([a-z_\[\]\.]+)` \|)");

@@ -126,14 +126,38 @@ TEST(DecodeBalancer, EachDecoderCountsAStreamAtItsCodecsCostThere) {
 }
 
 TEST(DecodeBalancer, CodecCostsAreMeasuredForHevcAndOneElsewhere) {
-  const CodecCost h264 = codec_cost("h264", 8), hevc = codec_cost("hevc", 8), hevc10 = codec_cost("hevc", 10);
+  const CodecCosts& m = measured_codec_costs();
+  const CodecCost h264 = codec_cost(m, "h264", 8), hevc = codec_cost(m, "hevc", 8), hevc10 = codec_cost(m, "hevc", 10);
   EXPECT_EQ(h264.nvdec, 1);
   EXPECT_EQ(h264.cpu, 1);
   EXPECT_LT(hevc.nvdec, 1) << "NVDEC decodes HEVC faster than H.264";
   EXPECT_GT(hevc.cpu, 1) << "the cores decode HEVC slower";
   EXPECT_GE(hevc10.cpu, hevc.cpu) << "10-bit costs the cores at least what 8-bit does";
-  EXPECT_EQ(codec_cost("vp9", 8).cpu, 1) << "not measured: the unit";
-  EXPECT_EQ(codec_cost("h264", 10).nvdec, 1);
+  EXPECT_EQ(codec_cost(m, "vp9", 8).cpu, 1) << "not measured: the unit";
+  EXPECT_EQ(codec_cost(m, "h264", 10).nvdec, 1);
+}
+
+TEST(DecodeBalancer, DeepStreamsTakeTheir10BitEntryElseThePlainOne) {
+  const CodecCosts costs{{"av1", {0.5, 3}}, {"av1_10bit", {0.7, 4}}, {"vp9", {2, 2.5}}};
+  EXPECT_EQ(codec_cost(costs, "av1", 8), (CodecCost{0.5, 3}));
+  EXPECT_EQ(codec_cost(costs, "av1", 10), (CodecCost{0.7, 4}));
+  EXPECT_EQ(codec_cost(costs, "av1", 12), (CodecCost{0.7, 4})) << "any depth above 8 bits";
+  EXPECT_EQ(codec_cost(costs, "vp9", 10), (CodecCost{2, 2.5})) << "no _10bit entry: the codec's";
+  EXPECT_EQ(codec_cost(costs, "hevc", 10), CodecCost{}) << "not listed: the unit";
+  EXPECT_TRUE(is_codec_cost_key("av1_10bit"));
+  EXPECT_TRUE(is_codec_cost_key("mjpeg"));
+  EXPECT_FALSE(is_codec_cost_key("aac")) << "an audio codec";
+  EXPECT_FALSE(is_codec_cost_key("h265"));
+  EXPECT_FALSE(is_codec_cost_key("hevc_8bit"));
+}
+
+TEST(DecodeBalancer, CountsStreamsByTheCostsOfItsCapacity) {
+  DecodeBalancer balancer(decode_capacity(30, 100, {{"av1", {0.5, 3}}}));
+  EXPECT_EQ(balancer.codec_cost("av1", 8), (CodecCost{0.5, 3}));
+  EXPECT_EQ(balancer.codec_cost("hevc", 8), CodecCost{}) << "costs replace the measured table, not merge";
+  balancer.set_capacity(decode_capacity(30, 100));
+  EXPECT_EQ(balancer.codec_cost("hevc", 8), codec_cost(measured_codec_costs(), "hevc", 8));
+  EXPECT_EQ(balancer.codec_cost("av1", 8), CodecCost{}) << "a reload's costs apply from then on";
 }
 
 TEST(DecodeBalancer, NewCapacitiesApplyToTheNextChoice) {

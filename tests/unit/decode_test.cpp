@@ -500,18 +500,20 @@ TEST_F(DecodeTest, RealtimePacesFramesAtTheirPts) {
 }
 
 // Hybrid decode counts a stream on the decoder it took at its pixel rate times its codec's cost
-// there, the codec and bit depth read from the stream.
+// there in the balancer's table (a configured one), the codec and bit depth read from the stream.
 struct CostCase {
   const char* name;
   const char* encoder;   //!< ffmpeg arguments after the input
-  const char* codec;
-  int bit_depth;
+  double cpu_cost;       //!< the cores' cost of its codec and depth in kCosts
 };
 
+//! Costs unlike the measured ones and unlike each other, so the load shows which entry was taken.
+const CodecCosts kCosts{{"h264", {1, 1.5}}, {"hevc", {0.8, 2.5}}, {"hevc_10bit", {0.8, 3.5}}};
+
 const CostCase kCostCases[] = {
-    {"h264", "-c:v libx264 -pix_fmt yuv420p", "h264", 8},
-    {"hevc", "-c:v libx265 -pix_fmt yuv420p -x265-params pools=none:log-level=error", "hevc", 8},
-    {"hevc10", "-c:v libx265 -pix_fmt yuv420p10le -x265-params pools=none:log-level=error", "hevc", 10},
+    {"h264", "-c:v libx264 -pix_fmt yuv420p", 1.5},
+    {"hevc", "-c:v libx265 -pix_fmt yuv420p -x265-params pools=none:log-level=error", 2.5},
+    {"hevc10", "-c:v libx265 -pix_fmt yuv420p10le -x265-params pools=none:log-level=error", 3.5},
 };
 
 class DecodeCost : public DecodeTest, public ::testing::WithParamInterface<CostCase> {};
@@ -523,7 +525,7 @@ TEST_P(DecodeCost, HybridDecodeCountsTheStreamAtItsCodecsCost) {
   write_file(dir.path / "raw.yuv", random_bytes(size_t(kCostW) * kCostH * 3 / 2 * 4, 11));
   ffmpeg(fmt::format("-f rawvideo -pix_fmt yuv420p -s {}x{} -r 25 -i {} {} -threads 1 {}", kCostW, kCostH,
                      (dir.path / "raw.yuv").string(), c.encoder, clip.string()));
-  DecodeBalancer balancer(decode_capacity(100, 100));
+  DecodeBalancer balancer(decode_capacity(100, 100, kCosts));
   SourceSpec spec = file_spec(clip);
   spec.realtime = true;   // paced: counted by its rate
   DecodeOptions options;
@@ -532,7 +534,7 @@ TEST_P(DecodeCost, HybridDecodeCountsTheStreamAtItsCodecsCost) {
   {
     VideoSource src(spec, "p", options);
     src.open();
-    const double want = double(kCostW) * kCostH * 25 * codec_cost(c.codec, c.bit_depth).cpu;
+    const double want = double(kCostW) * kCostH * 25 * c.cpu_cost;
     EXPECT_DOUBLE_EQ(balancer.cpu().paced, want);
     EXPECT_EQ(balancer.nvdec(-1).paced, 0);
   }
