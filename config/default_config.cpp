@@ -12,7 +12,7 @@ log:
   level: info                      # trace | debug | info | warn | error
   format: text                     # text | json (one object per line)
 http:
-  enabled: true                    # serve /metrics, /healthz, /readyz and /status
+  enabled: true                    # serve /metrics, /livez, /readyz, /status and /preview
   bind: 127.0.0.1                  # IPv4 or IPv6 address to listen on
   port: 9400                       # 1..65535
   max_connections: 64              # concurrent connections; more are refused

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <ctime>
 #include <set>
+#include <vector>
 
 #include "config/load.hpp"
 #include "daemon/http/http_server.hpp"
@@ -35,8 +36,8 @@ App::App(config::DaemonConfig config, Overrides overrides) : overrides_(std::mov
   probe_ = probe_cuda();
   config_ = std::make_shared<const config::DaemonConfig>(std::move(config));
   balancer_.set_capacity(capacity_of(config_->decode));
-  const DeviceSpec resolved = resolve_device(config_->device, probe_);   // throws DeviceError
   check_devices(*config_);
+  const DeviceSpec resolved = resolve_device(config_->device, probe_);
   if (probe_.devices == 0) {
     spdlog::info("no usable CUDA device ({}): pipelines run on the CPU backend", probe_.detail);
   } else {
@@ -73,10 +74,28 @@ DeviceSpec App::device_for(const BatchGroupSpec& g) const {
   return resolve_device(g.device.value_or(config_->device), probe_);
 }
 
+DeviceSpec App::resolve_checked(const config::DaemonConfig& c, const std::optional<DeviceSpec>& own,
+                                std::string_view key) const {
+  try {
+    return resolve_device(own.value_or(c.device), probe_);
+  } catch (const DeviceError& e) {
+    const std::string where = own ? std::string(key) : overrides_.device ? "--device" : "device";
+    throw ConfigError(c.path.empty() ? fmt::format("{}: {}", where, e.what())
+                                     : fmt::format("{}: {}: {}", c.path, where, e.what()));
+  }
+}
+
 void App::check_devices(const config::DaemonConfig& c) const {
-  for (const auto& g : c.batching) resolve_device(g.device.value_or(c.device), probe_);
-  for (const auto& p : c.pipelines)
-    check_sink_device(p.sink, resolve_device(p.device.value_or(c.device), probe_), p.name);
+  resolve_checked(c, std::nullopt, "device");
+  for (size_t i = 0; i < c.batching.size(); ++i) {
+    const BatchGroupSpec& g = c.batching[i];
+    resolve_checked(c, g.device, fmt::format("batching[{}].device (group '{}')", i, g.name));
+  }
+  for (size_t i = 0; i < c.pipelines.size(); ++i) {
+    const PipelineSpec& p = c.pipelines[i];
+    const std::string key = fmt::format("pipelines[{}].device (pipeline '{}')", i, p.name);
+    check_sink_device(p.sink, resolve_checked(c, p.device, key), p.name);
+  }
 }
 
 void App::start_group(const BatchGroupSpec& g) {
@@ -153,12 +172,30 @@ int App::run() {
     std::lock_guard lock(mu_);
     for (auto& [name, r] : runners_) r->request_stop();
   }
-  // Bound the drain: a stuck sink or device must not keep the service from stopping.
-  const auto deadline = std::chrono::steady_clock::now() + config_->drain_timeout;
-  while (!all_done() && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // Queued frames get drain_timeout; what is still queued then is dropped (`shutdown`), and the
+  // pipelines get kStopGrace more to finish the frames in flight and flush their sinks. Bounded: a
+  // stuck sink or device must not keep the service from stopping.
+  constexpr auto kStopGrace = std::chrono::seconds(2);
+  const auto wait_done = [&](std::chrono::steady_clock::duration d) {
+    const auto deadline = std::chrono::steady_clock::now() + d;
+    while (!all_done() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  };
+  wait_done(config_->drain_timeout);
   if (!all_done()) {
-    spdlog::error("drain did not finish within {} ms; exiting without waiting", config_->drain_timeout.count());
+    uint64_t dropped = 0;
+    {
+      std::lock_guard lock(mu_);
+      for (auto& [name, r] : runners_) dropped += r->discard_queued();
+    }
+    if (config_->drain_timeout.count() > 0 || dropped > 0)
+      spdlog::warn("drain did not finish within {} ms: {} queued frame(s) dropped", config_->drain_timeout.count(),
+                   dropped);
+    wait_done(kStopGrace);
+  }
+  if (!all_done()) {
+    spdlog::error("pipelines did not stop within {} ms of the drain; exiting without waiting",
+                  std::chrono::duration_cast<std::chrono::milliseconds>(kStopGrace).count());
     std::_Exit(1);
   }
   http_.reset();
@@ -199,49 +236,62 @@ bool App::reload() {
                 next.log.format == config::LogConfig::Format::Json ? LogFormat::Json : LogFormat::Text);
   if (next.http != config_->http)
     spdlog::warn("reload: http settings changed; the HTTP server keeps its startup settings until a restart");
-  std::lock_guard lock(mu_);
-  std::set<std::string> keep;
-  for (const auto& p : next.pipelines) keep.insert(p.name);
-  for (auto it = runners_.begin(); it != runners_.end();) {
-    if (!keep.count(it->first)) {
-      spdlog::info("reload: pipeline '{}' removed, draining", it->first);
-      it = runners_.erase(it);   // destructor stops, drains and joins
-    } else {
-      ++it;
-    }
-  }
-  auto old = config_;
-  config_ = std::make_shared<const config::DaemonConfig>(std::move(next));
-  balancer_.set_capacity(capacity_of(config_->decode));   // streams keep their decoders until they reopen
-  // A batch group is kept when its spec and device are; a replaced one is replaced with all its
-  // members, which stop (drain) before it goes.
-  std::set<std::string> kept_groups;
-  for (const auto& g : config_->batching) {
-    const auto it = groups_.find(g.name);
-    if (it != groups_.end() && it->second->spec() == g && it->second->device() == device_for(g)) kept_groups.insert(g.name);
-  }
+  // Under mu_, the pipelines and groups that go leave the maps; they drain outside it, so that
+  // /metrics, /status and /livez are answered meanwhile. Their replacements start after they are
+  // gone (a sink's files or ring are free again; a group's members stop before the group).
+  std::vector<std::unique_ptr<PipelineRunner>> retired;
+  std::vector<std::unique_ptr<BatchGroup>> retired_groups;
+  std::set<std::string> running, kept_groups;
   int restarted = 0, unchanged = 0;
-  std::set<std::string> running;
-  for (const auto& p : config_->pipelines) {
-    const auto it = runners_.find(p.name);
-    if (it == runners_.end()) continue;
-    if (it->second->spec() == p && it->second->device() == device_for(p) &&
-        (p.batch_group.empty() || kept_groups.count(p.batch_group))) {
-      running.insert(p.name);
-      ++unchanged;
-    } else {
-      runners_.erase(it);
-      ++restarted;
+  {
+    std::lock_guard lock(mu_);
+    std::set<std::string> keep;
+    for (const auto& p : next.pipelines) keep.insert(p.name);
+    for (auto it = runners_.begin(); it != runners_.end();) {
+      if (!keep.count(it->first)) {
+        spdlog::info("reload: pipeline '{}' removed, draining", it->first);
+        retired.push_back(std::move(it->second));
+        it = runners_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    config_ = std::make_shared<const config::DaemonConfig>(std::move(next));
+    balancer_.set_capacity(capacity_of(config_->decode));   // streams keep their decoders until they reopen
+    // A batch group is kept when its spec and device are; a replaced one is replaced with all its
+    // members.
+    for (const auto& g : config_->batching) {
+      const auto it = groups_.find(g.name);
+      if (it != groups_.end() && it->second->spec() == g && it->second->device() == device_for(g))
+        kept_groups.insert(g.name);
+    }
+    for (const auto& p : config_->pipelines) {
+      const auto it = runners_.find(p.name);
+      if (it == runners_.end()) continue;
+      if (it->second->spec() == p && it->second->device() == device_for(p) &&
+          (p.batch_group.empty() || kept_groups.count(p.batch_group))) {
+        running.insert(p.name);
+        ++unchanged;
+      } else {
+        retired.push_back(std::move(it->second));
+        runners_.erase(it);
+        ++restarted;
+      }
+    }
+    for (auto it = groups_.begin(); it != groups_.end();) {
+      if (kept_groups.count(it->first)) {
+        ++it;
+      } else {
+        spdlog::info("reload: batch group '{}' removed or changed, stopping", it->first);
+        retired_groups.push_back(std::move(it->second));
+        it = groups_.erase(it);
+      }
     }
   }
-  for (auto it = groups_.begin(); it != groups_.end();) {
-    if (kept_groups.count(it->first)) {
-      ++it;
-    } else {
-      spdlog::info("reload: batch group '{}' removed or changed, stopping", it->first);
-      it = groups_.erase(it);   // its members are gone: the destructor has nothing left to wait for
-    }
-  }
+  for (const auto& r : retired) r->request_stop();   // they drain side by side
+  retired.clear();          // each destructor drains and joins
+  retired_groups.clear();   // their members are gone: nothing left to wait for
+  std::lock_guard lock(mu_);
   for (const auto& g : config_->batching)
     if (!kept_groups.count(g.name)) start_group(g);
   for (const auto& p : config_->pipelines) {

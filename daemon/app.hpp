@@ -7,7 +7,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "config/schema.hpp"
 #include "daemon/http/status_source.hpp"
@@ -52,9 +54,14 @@ class App final : public StatusSource {
   void apply_overrides(config::DaemonConfig& c) const;
   DeviceSpec device_for(const PipelineSpec& p) const;
   DeviceSpec device_for(const BatchGroupSpec& g) const;
-  //! Resolves the device of every pipeline and batch group of `c` (throws DeviceError) and checks
-  //! that each pipeline's sink can take outputs made there (throws ConfigError).
+  //! Resolves the device of every pipeline and batch group of `c` and checks that each pipeline's
+  //! sink can take outputs made there. Throws ConfigError naming the file and the key whose device
+  //! this host lacks (a pipeline's or group's own `device`, else the daemon's, or `--device`).
   void check_devices(const config::DaemonConfig& c) const;
+  //! `own` (a pipeline's or group's `device`, at key `key`), else `c.device`, resolved on this host
+  //! (check_devices()'s errors).
+  DeviceSpec resolve_checked(const config::DaemonConfig& c, const std::optional<DeviceSpec>& own,
+                             std::string_view key) const;
   void start_group(const BatchGroupSpec& g);
   void start_pipeline(const PipelineSpec& p);
   bool all_done();

@@ -66,7 +66,10 @@ constexpr std::array<std::array<uint8_t, 3>, 4> kBoxColours = {{{255, 64, 64}, {
 
 }  // namespace
 
-bool Router::is_slow(std::string_view target) { return target.starts_with(kPreviewPrefix); }
+bool Router::is_slow(std::string_view target) {
+  const auto path = decode_path(target);   // as route() sees it: "/%70review/..." is a preview too
+  return path && path->starts_with(kPreviewPrefix);
+}
 
 HttpResponse Router::handle(std::string_view method, std::string_view target) const {
   if (method != "GET" && method != "HEAD") {

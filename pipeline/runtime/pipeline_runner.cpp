@@ -83,6 +83,12 @@ void PipelineRunner::request_stop() {
   if (impl_->source) impl_->source->interrupt();
 }
 
+uint64_t PipelineRunner::discard_queued() {
+  uint64_t n = 0;
+  for (; impl_->queue.try_pop(); ++n) stats_.drop(DropReason::Shutdown);
+  return n;
+}
+
 void PipelineRunner::join() {
   if (impl_->decode_thread.joinable()) impl_->decode_thread.join();
   if (impl_->process_thread.joinable()) impl_->process_thread.join();

@@ -40,6 +40,10 @@ class PipelineRunner {
   void start();
   //! Asks both threads to stop; blocking source reads are interrupted. Returns at once.
   void request_stop();
+  //! Drops the frames waiting in its queue, counted as Shutdown: a stop that cannot wait for them
+  //! (after request_stop()). Frames in flight still finish and the sink is flushed. Thread-safe;
+  //! returns the frames dropped.
+  uint64_t discard_queued();
   //! Waits for the threads; sinks are flushed. Idempotent.
   void join();
   //! True once the source ended (or failed) and every queued frame was processed.

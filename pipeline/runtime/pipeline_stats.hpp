@@ -22,9 +22,10 @@ inline constexpr std::array<const char*, 6> kSourceStateNames = {"connecting", "
 
 //! PoolExhausted: a live source's frame pool had no free slot, so the oldest queued frame went.
 //! GroupFull: a live member's batch group (runtime/batch_group.hpp) had no room, so its oldest frame there went.
-enum class DropReason : uint8_t { QueueFull, DecodeError, ProcessError, PoolExhausted, GroupFull };
-inline constexpr std::array<const char*, 5> kDropReasonNames = {"queue_full", "decode_error", "process_error",
-                                                                "pool_exhausted", "group_full"};
+//! Shutdown: still queued when a stop could wait no longer (the daemon's drain_timeout).
+enum class DropReason : uint8_t { QueueFull, DecodeError, ProcessError, PoolExhausted, GroupFull, Shutdown };
+inline constexpr std::array<const char*, 6> kDropReasonNames = {"queue_full",     "decode_error", "process_error",
+                                                                "pool_exhausted", "group_full",   "shutdown"};
 
 //! Upper bounds (seconds) of the decode -> output latency histogram; +Inf is implicit. Fine below
 //! 5 ms, where a GPU pipeline's frames land (0.1-0.3 ms unloaded) and where real-time targets lie

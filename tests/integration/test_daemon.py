@@ -628,8 +628,17 @@ class DaemonTest(unittest.TestCase):
             self.skipTest("a GPU is present")
         cfg = self.pipeline_config("cuda.yaml", self.dir / "o_cuda")
         r = run("run", "--config", str(cfg), "--device", "cuda:0")
-        self.assertNotEqual(r.returncode, 0)
-        self.assertRegex(r.stderr, r"cuda:0 requested but 0 CUDA device")
+        self.assertEqual(r.returncode, 2, "a configuration this host cannot run: " + r.stderr)
+        self.assertRegex(r.stderr, r"cuda\.yaml: --device: device cuda:0 requested but 0 CUDA device")
+        # A pipeline's own device names its key, among many pipelines.
+        cfg = self.pipelines_config("cuda_own.yaml", [
+            ("a", "clip.mp4", self.dir / "o_cuda_a", ""),
+            ("b", "clip.mp4", self.dir / "o_cuda_b", "    device: cuda:0\n"),
+        ])
+        r = run("run", "--config", str(cfg))
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertRegex(r.stderr, r"cuda_own\.yaml: pipelines\[1\]\.device \(pipeline 'b'\): device cuda:0 "
+                                   r"requested but 0 CUDA device")
 
     def test_sigterm_drains_and_exits(self):
         out = self.dir / "out_sigterm"
@@ -645,6 +654,23 @@ class DaemonTest(unittest.TestCase):
         self.assertGreater(len(files), 10)
         for f in files:   # every file complete and loadable
             self.assertEqual(np.load(f).shape, (3, 56, 56))
+
+    def test_sigterm_with_no_drain_time_drops_the_queue_and_exits_cleanly(self):
+        out = self.dir / "out_nodrain"
+        cfg = self.pipeline_config("nodrain.yaml", out, extra_source=", loop: true")
+        cfg.write_text("drain_timeout: 0s\n" + cfg.read_text())
+        p = subprocess.Popen([FRAMEFUSED, "run", "--config", str(cfg), "--device", "cpu"],
+                             stderr=subprocess.PIPE, text=True)
+        time.sleep(1.5)
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=10)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertNotIn("exiting without waiting", err)
+        files = sorted((out / "cls").glob("*.npy"))
+        self.assertGreater(len(files), 10)
+        for f in files:   # the frames in flight finished, the sink flushed: every file loadable
+            self.assertEqual(np.load(f).shape, (3, 56, 56))
+        self.assertEqual(list(out.rglob("*.partial")), [])
 
     def test_sighup_reload_keeps_unchanged_and_refuses_invalid(self):
         body = """

@@ -621,6 +621,16 @@ TEST_F(Http, PreviewErrorsNameTheProblem) {
 //! for previews without an encoder or a frame), never an exception (500) or a crash; the sanitizer
 //! lanes run this test too. Seeded targets put together from the routes' own pieces (prefixes,
 //! pipeline and output names, suffixes, queries, good and broken %-escapes) and random bytes.
+TEST(HttpRouter, PreviewsLeaveTheScrapeThreadHoweverTheyAreSpelled) {
+  EXPECT_TRUE(Router::is_slow("/preview/cam.jpg"));
+  EXPECT_TRUE(Router::is_slow("/preview/cam/o.jpg?boxes=1"));
+  EXPECT_TRUE(Router::is_slow("/%70review/cam.jpg")) << "percent-encoded: routed as a preview";
+  EXPECT_FALSE(Router::is_slow("/%2Fpreview/cam.jpg")) << "decodes to //preview/...";
+  EXPECT_FALSE(Router::is_slow("/metrics"));
+  EXPECT_FALSE(Router::is_slow("/metrics?preview/"));
+  EXPECT_FALSE(Router::is_slow("/pre%zzview/cam.jpg")) << "a broken escape is answered 400 at once";
+}
+
 TEST(HttpRouter, AnyTargetGetsAnAnswer) {
   FakeSource source;
   const Router router(source);
