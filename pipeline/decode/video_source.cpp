@@ -168,10 +168,10 @@ struct VideoSource::Impl {
   bool input_eof = false;
   double loop_offset = 0;
   double pass_first_pts = NAN, last_pts = NAN, last_step = 0;
-  // Realtime pacing: frame with pts `pace_pts` is due at `pace_wall`.
+  // Realtime pacing: frame with pts `pace_pts` is due at `pace_wall`; `pace_last`: the last frame's.
   bool paced = false;
   Clock::time_point pace_wall{};
-  double pace_pts = 0;
+  double pace_pts = 0, pace_last = 0;
 
   Impl(SourceSpec s, const std::string& pipeline, DecodeOptions o)
       : spec(std::move(s)), opts(std::move(o)),
@@ -342,6 +342,12 @@ struct VideoSource::Impl {
     }
     const std::span<const uint8_t> ed = extradata(*st.codecpar);
     track_sequences = sps_codec(*st.codecpar) && (ed.empty() || ed[0] != 1);   // avcC / hvcC: length-prefixed packets
+    // The surfaces came from the extradata's SPS (an RTSP camera's SDP): a first in-band SPS that
+    // differs from it is a new sequence too, so a decoder sized by a stale SDP is opened again.
+    if (track_sequences && sequence.empty()) {
+      const std::span<const uint8_t> sps = find_sps(*sps_codec(*st.codecpar), ed);
+      sequence.assign(sps.begin(), sps.end());
+    }
     return {};
   }
 
@@ -456,8 +462,16 @@ struct VideoSource::Impl {
     return err;
   }
 
-  //! A whole pass that yields no frame, this many times in a row, ends a looped source.
+  //! A whole pass that yields no frame, this many times in a row beyond the frames the decoder
+  //! holds back (frame_delay()), ends a looped source.
   static constexpr int kMaxEmptyPasses = 3;
+
+  //! Frames a decoder takes in before the first comes out: one per frame thread, plus reordering.
+  //! A looped file shorter than that (a one-frame "camera") yields its first frame a few passes in.
+  int frame_delay() const {
+    const int threads = codec->active_thread_type & FF_THREAD_FRAME ? std::max(codec->thread_count, 1) : 1;
+    return threads + std::max(codec->has_b_frames, 0);
+  }
 
   //! At the end of a looped file's input: back to its start, and the decoder goes on as if the
   //! clip were concatenated to itself. It is neither drained nor flushed: a flush makes FFmpeg's
@@ -467,7 +481,8 @@ struct VideoSource::Impl {
   //! keyframe); frame_pts() finds that first frame by its timestamp. False: not looped.
   bool rewind_for_loop() {
     if (interrupted || rtsp() || !spec.loop) return false;
-    if (++passes_without_frame > kMaxEmptyPasses) fail("loop: no frame could be decoded in a whole pass");
+    if (++passes_without_frame > kMaxEmptyPasses + frame_delay())
+      fail("loop: no frame could be decoded in a whole pass");
     const int err = seek_to_start();
     if (err < 0) fail(fmt::format("cannot seek back to the start to loop ({})", av_error(err)));
     ++pending_passes;
@@ -528,7 +543,7 @@ struct VideoSource::Impl {
   }
 
   //! Whether `pkt` (of the video stream) is a keyframe whose SPS differs from the current one
-  //! (track_sequences); the first SPS seen becomes the current one.
+  //! (track_sequences): the extradata's, else the first SPS seen, which becomes the current one.
   bool starts_new_sequence(const AVPacket& pkt) {
     if (!track_sequences || !(pkt.flags & AV_PKT_FLAG_KEY)) return false;
     const std::span<const uint8_t> sps =
@@ -557,8 +572,8 @@ struct VideoSource::Impl {
     const double raw = ts != AV_NOPTS_VALUE ? ts * time_base : (std::isnan(last_pts) ? 0 : last_pts + step);
     if (std::isnan(pass_first_pts)) {
       pass_first_pts = raw;
-    } else if (pending_passes > 0 && raw < last_pts) {   // the first frame after a loop rewind
-      loop_offset += last_pts - pass_first_pts + last_step;
+    } else if (pending_passes > 0 && raw <= last_pts) {   // the first frame after a loop rewind (<=: one-frame files)
+      loop_offset += last_pts - pass_first_pts + step;
       pass_first_pts = raw;
       --pending_passes;
     } else if (raw > last_pts) {
@@ -568,10 +583,16 @@ struct VideoSource::Impl {
     return raw + loop_offset;
   }
 
-  //! Sleeps until the frame at `pts` is due; false if interrupted meanwhile.
+  //! Sleeps until the frame at `pts` is due; false if interrupted meanwhile. Time going backwards,
+  //! or jumping ahead by more than 2 s and 4 frame intervals (a recording gap in a file), re-anchors:
+  //! the frame is due at once instead of after the gap.
   bool pace(double pts) {
+    constexpr double kMaxGapS = 2, kMaxGapFrames = 4;
     const auto now = Clock::now();
-    if (!paced || pts < pace_pts) {   // first frame, or time went backwards: re-anchor
+    const double max_gap = std::max(kMaxGapS, fps > 0 ? kMaxGapFrames / fps : 0);
+    const bool jump = paced && (pts < pace_pts || pts - pace_last > max_gap);
+    pace_last = pts;
+    if (!paced || jump) {
       paced = true;
       pace_wall = now;
       pace_pts = pts;

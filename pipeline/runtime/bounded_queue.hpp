@@ -3,6 +3,7 @@
 //! uses: block the producer (files) or drop the oldest item (live sources). close() wakes everyone.
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -24,18 +25,16 @@ class BoundedQueue {
     return true;
   }
 
-  //! Never waits: when full, the oldest item is discarded. Returns how many were discarded (0/1).
-  size_t push_drop_oldest(T item) {
+  enum class Pushed : uint8_t { Queued, QueuedDroppingOldest, Closed };
+  //! Never waits: when full, the oldest item is discarded to make room. Closed: `item` is not queued.
+  Pushed push_drop_oldest(T item) {
     std::lock_guard lock(mu_);
-    if (closed_) return 0;
-    size_t dropped = 0;
-    if (items_.size() >= capacity_) {
-      items_.pop_front();
-      dropped = 1;
-    }
+    if (closed_) return Pushed::Closed;
+    const bool full = items_.size() >= capacity_;
+    if (full) items_.pop_front();
     items_.push_back(std::move(item));
     not_empty_.notify_one();
-    return dropped;
+    return full ? Pushed::QueuedDroppingOldest : Pushed::Queued;
   }
 
   //! Never waits: discards the oldest item, if any (destroyed outside the lock). True if one was.

@@ -146,12 +146,18 @@ void PipelineRunner::start() {
     int failed = 0;                                // reconnects since the last frame
     std::optional<Clock::time_point> down_since;   // live: when the current outage began
     uint64_t earlier_errors = 0;                   // decode errors of the sessions before this one
+    // Frames of the sessions before this one: frame indices (npy file names, ring slots) and
+    // max_frames run on across reconnects instead of starting again at 0.
+    int64_t earlier_frames = 0;
     auto stopping = [this] {
       std::lock_guard lock(impl_->stop_mu);
       return impl_->stop;
     };
     while (!stopping()) {
-      VideoSource source(spec_.source, spec_.name, decode);
+      SourceSpec session = spec_.source;
+      if (session.max_frames >= 0) session.max_frames -= earlier_frames;   // > 0: reaching it ends the pipeline
+      VideoSource source(session, spec_.name, decode);
+      const int64_t session_base = earlier_frames;
       {
         std::lock_guard lock(impl_->source_mu);
         impl_->source = &source;
@@ -176,6 +182,8 @@ void PipelineRunner::start() {
         std::atomic_thread_fence(std::memory_order_release);
         stats_.set_state(SourceState::Streaming);
         while (auto frame = source.read()) {
+          frame->index += session_base;
+          earlier_frames = frame->index + 1;
           impl_->activity_ns.store(steady_ns(frame->decoded_at), std::memory_order_relaxed);
           if (live) {
             auto stalled = static_cast<uint8_t>(SourceState::Stalled);
@@ -197,9 +205,13 @@ void PipelineRunner::start() {
           stats_.decode_errors.store(earlier_errors + source.decode_errors(), std::memory_order_relaxed);
           stats_.last_frame_ns.store(steady_ns(frame->decoded_at), std::memory_order_relaxed);
           preview_->offer(*frame, frame->decoded_at);
-          if (live) {
-            if (impl_->queue.push_drop_oldest(std::move(*frame))) stats_.drop(DropReason::QueueFull);
-          } else if (!impl_->queue.push_wait(std::move(*frame))) {
+          // The queue closes early only when processing failed: the frame is dropped for that.
+          using Pushed = BoundedQueue<DecodedFrame>::Pushed;
+          const Pushed pushed = live ? impl_->queue.push_drop_oldest(std::move(*frame))
+                                     : impl_->queue.push_wait(std::move(*frame)) ? Pushed::Queued : Pushed::Closed;
+          if (pushed == Pushed::QueuedDroppingOldest) stats_.drop(DropReason::QueueFull);
+          if (pushed == Pushed::Closed) {
+            stats_.drop(DropReason::ProcessError);
             break;
           }
           stats_.queue_depth.store(static_cast<int64_t>(impl_->queue.size()), std::memory_order_relaxed);
@@ -297,6 +309,7 @@ void PipelineRunner::start() {
     std::vector<const std::byte*> sink_outs;
     std::optional<FrameInfo> current;
     std::deque<Submitted> in_flight;
+    uint64_t taken = 0;   //!< frames popped from the queue and not processed yet: dropped if this thread fails
     const auto complete_oldest = [&] {
       const Completion done = executor->complete(outs);
       const Submitted f = in_flight.front();
@@ -308,6 +321,7 @@ void PipelineRunner::start() {
       }
       sink->write(f.index, sink_outs);
       stats_.frames_processed.fetch_add(1, std::memory_order_relaxed);
+      --taken;
       stats_.observe_frame(f.decoded_at, f.call, done.device_seconds);
     };
     try {
@@ -319,6 +333,7 @@ void PipelineRunner::start() {
           complete_oldest();
           continue;
         }
+        ++taken;
         stats_.queue_depth.store(static_cast<int64_t>(impl_->queue.size()), std::memory_order_relaxed);
         stats_.pool_in_use.store(decode_pool->in_use(), std::memory_order_relaxed);
         if (!current || !(*current == frame->info)) {
@@ -355,8 +370,9 @@ void PipelineRunner::start() {
       if (sink) sink->flush();
     } catch (const std::exception& e) {
       // A plan, device or sink failure ends this pipeline only; the source stops too. Frames in
-      // flight are dropped once the executor is done with them (its destructor waits).
-      for (size_t i = 0; i < in_flight.size(); ++i) stats_.drop(DropReason::ProcessError);
+      // flight, and the one being set up or written, are dropped once the executor is done with
+      // them (its destructor waits).
+      for (uint64_t i = 0; i < taken; ++i) stats_.drop(DropReason::ProcessError);
       executor.reset();
       fail_processing(e.what());
     }

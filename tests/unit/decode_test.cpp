@@ -180,6 +180,23 @@ TEST_F(DecodeTest, LoopRestartsAtTheStartAndKeepsCounting) {
   }
 }
 
+TEST_F(DecodeTest, AOneFrameFileLoopedInRealtimeIsACameraAtItsFrameRate) {
+  const fs::path still = dir.path / "still.mp4";   // one frame at 10 fps: a picture posing as a camera
+  ffmpeg(fmt::format("-f lavfi -i testsrc2=size=64x48:rate=10 -frames:v 1 -c:v libx264 {}", still.string()));
+  SourceSpec spec = file_spec(still);
+  spec.loop = true;
+  spec.realtime = true;
+  spec.max_frames = 5;
+  VideoSource src(spec, "p");
+  src.open();
+  const auto t0 = Clock::now();
+  const auto frames = read_all(src);
+  ASSERT_EQ(frames.size(), 5u);
+  EXPECT_GE(std::chrono::duration<double>(Clock::now() - t0).count(), 0.35) << "paced, not as fast as it decodes";
+  for (int i = 1; i < 5; ++i)
+    EXPECT_NEAR(frames[i].pts_seconds - frames[i - 1].pts_seconds, 0.1, 1e-3) << "frame " << i;
+}
+
 TEST_F(DecodeTest, MaxFramesStopsEarly) {
   std::vector<Planes> expected;
   SourceSpec spec = file_spec(lossless_h264(expected));
@@ -497,6 +514,32 @@ TEST_F(DecodeTest, RealtimePacesFramesAtTheirPts) {
   EXPECT_GE(std::chrono::duration<double>(Clock::now() - t0).count(), 0.45);   // frames 0..5 at 10 fps
   for (int i = 1; i < 6; ++i)
     EXPECT_GE(std::chrono::duration<double>(frames[i].decoded_at - frames[0].decoded_at).count(), i * 0.1 - 0.01);
+}
+
+TEST_F(DecodeTest, RealtimeSkipsARecordingGapInsteadOfSleepingThroughIt) {
+  // Two 5-frame segments at 10 fps, the second stamped a minute later, appended as MPEG-TS files are.
+  const fs::path a = dir.path / "a.ts", b = dir.path / "b.ts", gap = dir.path / "gap.ts";
+  for (const auto& [out, offset] : {std::pair{a, 0}, std::pair{b, 60}})
+    ffmpeg(fmt::format("-f lavfi -i testsrc2=size=64x48:rate=10 -frames:v 5 -c:v libx264 -g 5 -bf 0 "
+                       "-output_ts_offset {} -f mpegts {}",
+                       offset, out.string()));
+  {
+    std::ofstream out(gap, std::ios::binary);
+    for (const fs::path& part : {a, b}) out << std::ifstream(part, std::ios::binary).rdbuf();
+  }
+  SourceSpec spec = file_spec(gap);
+  spec.realtime = true;
+  VideoSource src(spec, "p");
+  src.open();
+  const auto frames = read_all(src);
+  ASSERT_EQ(frames.size(), 10u);
+  const auto at = [&](int i) {
+    return std::chrono::duration<double>(frames[i].decoded_at - frames[0].decoded_at).count();
+  };
+  EXPECT_NEAR(frames[5].pts_seconds - frames[4].pts_seconds, 59.6, 0.05) << "the gap is in the stream";
+  EXPECT_LT(at(5) - at(4), 1.0) << "no minute-long sleep at the gap";
+  EXPECT_GE(at(4), 0.39) << "paced before the gap";
+  EXPECT_GE(at(9) - at(5), 0.39) << "and after it";
 }
 
 // Hybrid decode counts a stream on the decoder it took at its pixel rate times its codec's cost

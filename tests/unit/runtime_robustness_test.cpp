@@ -45,6 +45,7 @@ void finish(PipelineRunner& runner, std::chrono::seconds limit = 120s) {
   const auto give_up = Clock::now() + limit;
   while (!runner.done() && Clock::now() < give_up) std::this_thread::sleep_for(5ms);
   EXPECT_TRUE(runner.done()) << runner.spec().name << " did not finish within " << limit.count() << " s";
+  if (!runner.done()) runner.request_stop();   // a failed test still ends
   runner.join();
 }
 
@@ -291,6 +292,46 @@ TEST_F(RuntimeRobustness, AFullQueueOfALiveSourceDropsTheOldestFramesCountingEac
   EXPECT_GT(dropped(s, DropReason::QueueFull), 0u);
   EXPECT_EQ(dropped(s, DropReason::PoolExhausted), 0u);
   EXPECT_EQ(s.frames_processed + total_dropped(s), s.frames_decoded) << "every frame is processed or counted";
+}
+
+TEST_F(RuntimeRobustness, FrameIndicesAndMaxFramesRunOnAcrossReconnects) {
+  constexpr int kClip = 12, kMax = 30;   // sessions of 12, 12 and 6 frames
+  const OutputSpec o = output("o", {32, 24, 0}, ops::DType::U8, ops::Layout::Hwc);
+  PipelineSpec p = live(pipeline("again", clip(160, 120, kClip), {o}), kMax);
+  p.queue_depth = kMax;   // nothing dropped
+  p.sink.kind = SinkKind::Npy;
+  p.sink.directory = (dir.path / "again").string();
+  PipelineRunner runner(p, kCpu, 1);
+  runner.start();
+  finish(runner, 60s);
+  const PipelineSnapshot s = runner.stats().snapshot();
+  EXPECT_EQ(s.state, SourceState::Finished);
+  EXPECT_EQ(s.frames_decoded, uint64_t(kMax)) << "max_frames counts the frames of every session";
+  EXPECT_EQ(s.reconnects, 2u);
+  EXPECT_EQ(total_dropped(s), 0u);
+  EXPECT_EQ(s.frames_processed, uint64_t(kMax));
+  for (int i = 0; i < kMax; ++i)   // one file per frame: a reconnect overwrote none
+    EXPECT_TRUE(fs::exists(dir.path / "again" / npy_name("o", i))) << i;
+  EXPECT_FALSE(fs::exists(dir.path / "again" / npy_name("o", kMax)));
+}
+
+TEST_F(RuntimeRobustness, AFailedPlanCountsEveryDecodedFrameAsProcessedOrDropped) {
+  constexpr int kFrames = 24;
+  for (const bool is_live : {false, true}) {
+    OutputSpec o = output("o", {32, 24, 0}, ops::DType::U8, ops::Layout::Hwc);
+    o.crop = {100, 100, 400, 300, false};   // pixels: outside a 160x120 frame, found at the first frame
+    PipelineSpec p = pipeline(is_live ? "plan_live" : "plan_file", clip(160, 120, kFrames), {o});
+    if (is_live) p = live(p, kFrames);
+    PipelineRunner runner(p, kCpu, 1);
+    runner.start();
+    finish(runner, 60s);
+    const PipelineSnapshot s = runner.stats().snapshot();
+    EXPECT_EQ(s.state, SourceState::Failed) << p.name;
+    EXPECT_NE(s.last_error.find("crop"), std::string::npos) << p.name << ": " << s.last_error;
+    EXPECT_EQ(s.frames_processed, 0u) << p.name;
+    EXPECT_GE(s.frames_decoded, 1u) << p.name;
+    EXPECT_EQ(total_dropped(s), s.frames_decoded) << p.name << ": the frame being planned and the later ones count";
+  }
 }
 
 // ---- stopping with frames in flight ----
