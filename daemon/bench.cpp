@@ -173,6 +173,10 @@ struct PipelinesRun {
   //! Decode -> output latencies, their waits before the submit and their submit calls; of paced
   //! runs only those after the first kLatencySettleS.
   LatencyHistogram latency, queue_wait, submit;
+  //! Paced runs: decode -> output latencies of the frames processed once every stream had run
+  //! kLatencySettleS, so no stream was still starting (opening its decoder, allocating, capturing
+  //! graphs, which stalls the others' launches): the steady state of that many streams.
+  LatencyHistogram latency_all_running;
   double submit_cpu_s = 0;   //!< host CPU of the submit calls of the frames in `submit`
   double steady_fps = 0;     //!< PhaseResult::steady_fps
   //! That per frame, microseconds (0 without frames).
@@ -202,17 +206,26 @@ PipelinesRun run_pipelines(const std::vector<PipelineSpec>& specs, const DeviceS
     return std::pair{runners[i]->stats().frames_processed.load(std::memory_order_relaxed), runners[i]->done()};
   });
   std::vector<int64_t> first_ns(runners.size(), 0);
-  // Each runner's counters once it processed its settling frames.
-  std::vector<std::optional<PipelineSnapshot>> settled(runners.size());
+  // Each runner's counters once it processed its settling frames, and all runners' once every one
+  // had (or had ended).
+  std::vector<std::optional<PipelineSnapshot>> settled(runners.size()), all_running(runners.size());
+  bool all_settled = false;
   const auto settle_frames = static_cast<uint64_t>(std::llround(fps * kLatencySettleS));
   for (bool all_done = false; fps > 0 && !all_done;) {
     all_done = true;
+    bool every_settled = true;
     for (size_t i = 0; i < runners.size(); ++i) {
       PipelineStats& stats = runners[i]->stats();
       if (!first_ns[i] && stats.frames_decoded.load(std::memory_order_relaxed) > 0) first_ns[i] = steady_now_ns();
       if (!settled[i] && !runners[i]->done() && stats.frames_processed.load(std::memory_order_relaxed) >= settle_frames)
         settled[i] = stats.snapshot();
+      every_settled = every_settled && (settled[i] || runners[i]->done());
       all_done = all_done && runners[i]->done();
+    }
+    if (every_settled && !all_settled) {
+      all_settled = true;
+      for (size_t i = 0; i < runners.size(); ++i)
+        if (!runners[i]->done()) all_running[i] = runners[i]->stats().snapshot();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -235,6 +248,7 @@ PipelinesRun run_pipelines(const std::vector<PipelineSpec>& specs, const DeviceS
       run.late_s = std::max(run.late_s, span - double(want - 1) / fps);
     }
     run.latency += settled[i] ? s.latency.since(settled[i]->latency) : s.latency;
+    if (all_running[i]) run.latency_all_running += s.latency.since(all_running[i]->latency);
     run.queue_wait += settled[i] ? s.queue_wait.since(settled[i]->queue_wait) : s.queue_wait;
     run.submit += settled[i] ? s.submit.since(settled[i]->submit) : s.submit;
     run.submit_cpu_s += s.submit_cpu_s - (settled[i] ? settled[i]->submit_cpu_s : 0);
@@ -612,6 +626,8 @@ LiveTrial live_trial(const BenchOptions& o, const DeviceSpec& device, int stream
   t.submit_cpu_us = run.submit_cpu_us();
   t.together = run.together;
   t.latency_frames = run.latency.count();
+  t.all_running_p99_s = latency_quantile(run.latency_all_running.counts, 0.99);
+  t.all_running_frames = run.latency_all_running.count();
   t.latency_mean_s = run.latency.mean_s().value_or(0);
   t.decoder = run.decoder;
   // A live source queues kLiveSlackFrames frames before it drops: later than that would have
@@ -895,20 +911,23 @@ std::string format_bench_table(const BenchResult& r) {
   if (!r.live.empty()) {
     out += fmt::format("\nreal time ({} s trials, clip paced at its frame rate; together: the most streams whose "
                        "frames fell due within 1 ms; latency of each stream's frames after its first {:g} s, bucket "
-                       "bounds, and the exact mean):\n",
-                       r.options.live_seconds, kLatencySettleS);
+                       "bounds, and the exact mean; all running: of the frames after every stream's first {:g} s, "
+                       "when none was still starting):\n",
+                       r.options.live_seconds, kLatencySettleS, kLatencySettleS);
     if (r.options.churn)
       out += fmt::format("beside a source that reopens the clip after every {} frames (reopens: how often; the "
                          "memory per stream includes it)\n",
                          BenchOptions::kChurnFrames);
-    out += fmt::format("{:>8}{:>6}{:>10}{:>9}{:>10}{:>10}{:>30}{:>10}{:>16}{:>16}{:>14}{:>12}{:>12}{:>9}  {}\n",
+    out += fmt::format("{:>8}{:>6}{:>10}{:>9}{:>10}{:>10}{:>30}{:>10}{:>26}{:>16}{:>16}{:>14}{:>12}{:>12}{:>9}  {}\n",
                        "streams", "held", "frames", "dropped", "late ms", "together", "latency p50 / p99", "mean ms",
-                       "wait p99", "submit p99", "submit CPU us", "GPU MiB/st", "RSS MiB/st", "reopens", "decoder");
+                       "p99 all running (frames)", "wait p99", "submit p99", "submit CPU us", "GPU MiB/st",
+                       "RSS MiB/st", "reopens", "decoder");
     for (const auto& t : r.live)
       out += fmt::format(
-          "{:>8}{:>6}{:>10}{:>9}{:>10.1f}{:>10}{:>30}{:>10.3f}{:>16}{:>16}{:>14.1f}{:>12}{:>12.1f}{:>9}  {}\n",
+          "{:>8}{:>6}{:>10}{:>9}{:>10.1f}{:>10}{:>30}{:>10.3f}{:>26}{:>16}{:>16}{:>14.1f}{:>12}{:>12.1f}{:>9}  {}\n",
           t.streams, t.held ? "yes" : "no", t.frames, t.dropped, 1e3 * t.late_s, t.together,
           latency_text(t.latency_p50_s) + " / " + latency_text(t.latency_p99_s), 1e3 * t.latency_mean_s,
+          fmt::format("{} ({})", latency_text(t.all_running_p99_s), t.all_running_frames),
           latency_text(t.queue_wait_p99_s), latency_text(t.submit_p99_s), t.submit_cpu_us,
           t.memory.gpu_mib < 0 ? std::string("-") : fmt::format("{:.1f}", t.memory.gpu_mib), t.memory.rss_mib,
           r.options.churn ? std::to_string(t.reopens) : std::string("-"), t.decoder);
@@ -944,12 +963,13 @@ std::string format_bench_json(const BenchResult& r) {
     live += fmt::format(R"({}{{"streams": {}, "held": {}, "seconds": {}, "frames": {}, "dropped": {}, "late_ms": {}, )"
                         R"("due_together": {}, )"
                         R"("latency_p50_ms": {}, "latency_p99_ms": {}, "latency_mean_ms": {}, "latency_frames": {}, )"
+                        R"("all_running_p99_ms": {}, "all_running_frames": {}, )"
                         R"("queue_wait_p99_ms": {}, "submit_p99_ms": {}, "submit_cpu_us": {}, "memory_per_stream": {}, )"
                         R"("decoder": {}, "reopens": {}}})",
                         live.empty() ? "" : ", ", t.streams, t.held ? "true" : "false", json_number(t.seconds),
                         t.frames, t.dropped, json_number(1e3 * t.late_s), t.together, json_number(1e3 * t.latency_p50_s),
                         json_number(1e3 * t.latency_p99_s), json_number(1e3 * t.latency_mean_s), t.latency_frames,
-                        json_number(1e3 * t.queue_wait_p99_s), json_number(1e3 * t.submit_p99_s),
+                        json_number(1e3 * t.all_running_p99_s), t.all_running_frames, json_number(1e3 * t.queue_wait_p99_s), json_number(1e3 * t.submit_p99_s),
                         json_number(t.submit_cpu_us), memory_json(t.memory), json_string(t.decoder),
                         r.options.churn ? std::to_string(t.reopens) : std::string("null"));
   return fmt::format(

@@ -134,6 +134,10 @@ struct LiveTrial {
   //! out): bucket bounds as BenchResult's, and the exact mean from the histogram's sum.
   double latency_p50_s = 0, latency_p99_s = 0, latency_mean_s = 0;
   uint64_t latency_frames = 0;           //!< frames those latencies are of
+  //! p99 of the frames processed once every stream had run its first second: none was still
+  //! starting (decoders opening, allocations, graph captures stall the others), the steady state.
+  double all_running_p99_s = 0;
+  uint64_t all_running_frames = 0;       //!< frames that p99 is of (0: some stream ended first)
   double queue_wait_p99_s = 0;           //!< the part of it before the submit (queue, ring slot), bucket bound
   double submit_p99_s = 0;               //!< the part of it in the submit call, bucket bound
   double submit_cpu_us = 0;              //!< host CPU of the submit call per frame (the same frames)
