@@ -1,5 +1,6 @@
 #include "pipeline/decode/codec_cost.hpp"
 
+#include <cstdint>   // UINT64_C, which FFmpeg's headers need in C++
 #include <string>
 
 extern "C" {
