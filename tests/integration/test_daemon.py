@@ -640,33 +640,31 @@ class DaemonTest(unittest.TestCase):
         self.assertRegex(r.stderr, r"cuda_own\.yaml: pipelines\[1\]\.device \(pipeline 'b'\): device cuda:0 "
                                    r"requested but 0 CUDA device")
 
-    def test_sigterm_drains_and_exits(self):
-        out = self.dir / "out_sigterm"
-        cfg = self.pipeline_config("loop.yaml", out, extra_source=", loop: true, realtime: true")
+    def run_until_sigterm(self, name, extra_source, top=""):
+        """A CPU pipeline of clip.mp4 (`extra_source` in its source, `top` before the config) runs for
+        1.5 s, then gets SIGTERM: (exit status, stderr, sink directory, the cls tensors written)."""
+        out = self.dir / f"out_{name}"
+        cfg = self.pipeline_config(f"{name}.yaml", out, extra_source=extra_source)
+        cfg.write_text(top + cfg.read_text())
         p = subprocess.Popen([FRAMEFUSED, "run", "--config", str(cfg), "--device", "cpu"],
                              stderr=subprocess.PIPE, text=True)
         time.sleep(1.5)
         p.send_signal(signal.SIGTERM)
         _, err = p.communicate(timeout=10)
-        self.assertEqual(p.returncode, 0, err)
+        return p.returncode, err, out, sorted((out / "cls").glob("*.npy"))
+
+    def test_sigterm_drains_and_exits(self):
+        status, err, _, files = self.run_until_sigterm("sigterm", ", loop: true, realtime: true")
+        self.assertEqual(status, 0, err)
         self.assertIn("SIGTERM", err)
-        files = sorted((out / "cls").glob("*.npy"))
         self.assertGreater(len(files), 10)
         for f in files:   # every file complete and loadable
             self.assertEqual(np.load(f).shape, (3, 56, 56))
 
     def test_sigterm_with_no_drain_time_drops_the_queue_and_exits_cleanly(self):
-        out = self.dir / "out_nodrain"
-        cfg = self.pipeline_config("nodrain.yaml", out, extra_source=", loop: true")
-        cfg.write_text("drain_timeout: 0s\n" + cfg.read_text())
-        p = subprocess.Popen([FRAMEFUSED, "run", "--config", str(cfg), "--device", "cpu"],
-                             stderr=subprocess.PIPE, text=True)
-        time.sleep(1.5)
-        p.send_signal(signal.SIGTERM)
-        _, err = p.communicate(timeout=10)
-        self.assertEqual(p.returncode, 0, err)
+        status, err, out, files = self.run_until_sigterm("nodrain", ", loop: true", top="drain_timeout: 0s\n")
+        self.assertEqual(status, 0, err)
         self.assertNotIn("exiting without waiting", err)
-        files = sorted((out / "cls").glob("*.npy"))
         self.assertGreater(len(files), 10)
         for f in files:   # the frames in flight finished, the sink flushed: every file loadable
             self.assertEqual(np.load(f).shape, (3, 56, 56))
