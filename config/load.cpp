@@ -617,6 +617,14 @@ Triple read_triple(const Value& v, Check&& check) {
   return {{one(items[0]), one(items[1]), one(items[2])}, 3};
 }
 
+//! `d`, read at `v`, as the float the ops use: finite, and not 0 when `nonzero`.
+float as_float(const Value& v, double d, bool nonzero) {
+  if (nonzero && d == 0) v.fail("must not be 0");
+  const float f = static_cast<float>(d);
+  if (!std::isfinite(f) || (nonzero && f == 0)) v.fail(fmt::format("{} is outside float's range", d));
+  return f;
+}
+
 OutputSpec read_output(const Value& v, std::map<std::string, int>& names) {
   const Map m = v.map({"name", "crop", "resize", "interp", "aspect", "center_crop", "pad_value", "channels", "scale",
                        "mean", "std", "layout", "dtype"});
@@ -641,22 +649,22 @@ OutputSpec read_output(const Value& v, std::map<std::string, int>& names) {
   if (const auto x = m.get("dtype")) o.dtype = x->choice(kDTypes);
   // uint8 outputs keep pixel values unless told otherwise; float outputs default to 0..1.
   o.scale = o.dtype == ops::DType::U8 ? 1.f : o.scale;
-  if (const auto x = m.get("scale")) {
-    const double s = x->number();
-    if (s == 0) x->fail("must not be 0");
-    o.scale = static_cast<float>(s);
-  }
+  if (const auto x = m.get("scale")) o.scale = as_float(*x, x->number(), true);
   const bool gray = o.channels == ChannelOrder::Gray;
   const auto per_channel = [&](const Value& x, auto&& check) {
     const Triple t = read_triple(x, check);
     if (gray && t.given == 3) x.fail("channels gray takes one value, not 3");
     return t.values;
   };
-  if (const auto x = m.get("mean")) o.mean = per_channel(*x, [](const Value&, double) {});
-  if (const auto x = m.get("std")) {
-    o.std = per_channel(*x, [](const Value& e, double d) {
-      if (d == 0) e.fail("must not be 0");
-    });
+  if (const auto x = m.get("mean")) o.mean = per_channel(*x, [](const Value& e, double d) { as_float(e, d, false); });
+  if (const auto x = m.get("std")) o.std = per_channel(*x, [](const Value& e, double d) { as_float(e, d, true); });
+  // The normalize op computes x * (scale / std) - mean / std in float: each finite, and not 0.
+  for (int c = 0; c < 3; ++c) {
+    const float mul = o.scale / o.std[c], add = -o.mean[c] / o.std[c];
+    if (!std::isfinite(mul) || mul == 0 || !std::isfinite(add))
+      v.fail(fmt::format("normalizes channel {} by x * {} + {} in float: scale / std must be finite and not 0, "
+                         "mean / std finite",
+                         c, mul, add));
   }
   return o;
 }
@@ -688,7 +696,7 @@ SinkSpec read_sink(const Value& v, const std::string& pipeline, std::map<std::st
                              s.shm_name));
     // A device ring holds the frames in flight too: they are made in their slots.
     if (const auto x = m.get("slots"))
-      s.slots = static_cast<int32_t>(x->integer(s.kind == SinkKind::CudaIpc ? kExecutorRing : 1, 1024));
+      s.slots = static_cast<int32_t>(x->integer(s.kind == SinkKind::CudaIpc ? kMinDeviceRingSlots : 1, 1024));
     if (const auto [it, fresh] = used.emplace("shm:" + s.shm_name, pipeline); !fresh)
       (name ? *name : type).fail(
           fmt::format("shared-memory ring '{}' is already written by pipeline '{}'", s.shm_name, it->second));

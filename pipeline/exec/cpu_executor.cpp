@@ -41,6 +41,7 @@ ParallelFor::~ParallelFor() {
     stop_ = true;
   }
   cv_.notify_all();
+  workers_.clear();   // joined here, while the mutex and condition variables they wait on still exist
 }
 
 void ParallelFor::work(std::unique_lock<std::mutex>& lock, int worker) {

@@ -14,4 +14,8 @@ enum class FrameMemory : uint8_t { Host, Pinned, Device };
 //! frames (batches) it holds while they are processed (CudaEngineOptions::in_flight).
 inline constexpr int kExecutorRing = 2;
 
+//! The fewest slots of a device ring (sink cuda_ipc): the frames in flight are made in their own
+//! slots, so a reader has slots - kExecutorRing frame intervals to read a published frame.
+inline constexpr int kMinDeviceRingSlots = kExecutorRing + 1;
+
 }  // namespace framefuse

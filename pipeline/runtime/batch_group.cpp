@@ -88,6 +88,7 @@ struct BatchGroup::Shared {
 
   // Process thread only.
   std::unique_ptr<Executor> executor;
+  bool executor_host_outputs = false;   //!< whether `executor` downloads its outputs (make_executor)
   std::optional<Setup> current;
   std::vector<OutputPlan> plans;
   std::vector<std::vector<std::byte>> buffers;   //!< per output: max_batch frames, unless the executor keeps_outputs()
@@ -190,9 +191,13 @@ void BatchGroup::Shared::launch(std::vector<Waiting> batch) {
     if (!current || !(current->frame == info) || current->outputs != first.outputs || !(current->color == first.color) ||
         current->host_outputs != host_outputs) {
       while (!in_flight.empty()) complete_oldest();
-      if (current && current->host_outputs != host_outputs) executor.reset();
+      // By the executor's own mode: `current` is gone after a failed set-up, the executor is not.
+      if (executor && executor_host_outputs != host_outputs) executor.reset();
       current.reset();
-      if (!executor) executor = make_executor(device, cpu_threads, host_outputs);
+      if (!executor) {
+        executor = make_executor(device, cpu_threads, host_outputs);
+        executor_host_outputs = host_outputs;
+      }
       plans = make_output_plans(first, info);
       executor->setup(info, make_color_params(first.color, info), plans, spec.max_batch);
       buffers.clear();

@@ -20,23 +20,25 @@ CudaIpcSink::CudaIpcSink(int device, const std::string& name, int32_t slots, std
     : RingSink(name, slots, std::move(plans), pipeline, shm::RingMemory::Cuda,
                fmt::format("pipeline '{}': sink cuda_ipc '{}'", pipeline, name)),
       device_(device) {
-  if (slots < kExecutorRing)   // the frames in flight are made in their slots
-    throw ConfigError(fmt::format("{}: slots must be at least {}, got {}", where(), kExecutorRing, slots));
+  if (slots < kMinDeviceRingSlots)   // the frames in flight are made in their slots
+    throw ConfigError(fmt::format("{}: slots must be at least {}, got {}", where(), kMinDeviceRingSlots, slots));
   check(cudaSetDevice(device_), where(), "cudaSetDevice");
   shm::ShmHeader& h = header();
   void* ring = nullptr;
   check(cudaMalloc(&ring, size_t(h.slots) * h.device_slot_bytes), where(), "cudaMalloc of the device ring");
   ring_ = cuda::DeviceBuffer(ring, size_t(h.slots) * h.device_slot_bytes);
-  // Zeroed like the host ring's slots: a reader never sees another allocation's bytes.
-  check(cudaMemset(ring, 0, ring_.size()), where(), "cudaMemset of the device ring");
+  cudaStream_t s{};
+  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), where(), "cudaStreamCreate");
+  stream_ = cuda::Stream(s);
+  // Zeroed like the host ring's slots: a reader never sees another allocation's bytes. Finished
+  // before the first kernel (on the executor's non-blocking stream) writes into a slot.
+  check(cudaMemsetAsync(ring, 0, ring_.size(), stream_), where(), "cudaMemset of the device ring");
+  check(cudaStreamSynchronize(stream_), where(), "cudaMemset of the device ring");
   cudaIpcMemHandle_t handle{};
   check(cudaIpcGetMemHandle(&handle, ring), where(), "cudaIpcGetMemHandle");
   static_assert(sizeof handle == sizeof h.ipc_handle);
   std::memcpy(h.ipc_handle, &handle, sizeof handle);
   check(cudaDeviceGetPCIBusId(h.pci_bus_id, sizeof h.pci_bus_id - 1, device_), where(), "cudaDeviceGetPCIBusId");
-  cudaStream_t s{};
-  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), where(), "cudaStreamCreate");
-  stream_ = cuda::Stream(s);
   publish();
 }
 

@@ -78,13 +78,22 @@ class AtomicFile {
     if (std::fseek(f_, 0, SEEK_SET) != 0) fail("cannot seek in", tmp_);
     write(bytes.data(), bytes.size());
   }
+  //! Closes and renames; on failure (a full disk shows at the close) the temporary file goes too.
   void commit() {
     std::FILE* f = std::exchange(f_, nullptr);
-    if (std::fclose(f) != 0) fail("cannot write", tmp_);
     std::error_code ec;
+    if (std::fclose(f) != 0) {
+      const std::string error = errno_text();
+      fs::remove(tmp_, ec);
+      throw SinkError(fmt::format("pipeline '{}' sink: cannot write '{}': {}", pipeline_, tmp_.string(), error));
+    }
     fs::rename(tmp_, path_, ec);
-    if (ec) throw SinkError(fmt::format("pipeline '{}' sink: cannot rename '{}' to '{}': {}", pipeline_,
-                                        tmp_.string(), path_.string(), ec.message()));
+    if (ec) {
+      std::error_code ignored;
+      fs::remove(tmp_, ignored);
+      throw SinkError(fmt::format("pipeline '{}' sink: cannot rename '{}' to '{}': {}", pipeline_, tmp_.string(),
+                                  path_.string(), ec.message()));
+    }
   }
 
  private:

@@ -645,8 +645,8 @@ TEST(Load, CudaIpcSinkIsARingOnACudaDevice) {
                   "  - {name: a, source: {uri: 'rtsp://h/1'}, outputs: [{name: o}], sink: {type: cuda_ipc}}\n"),
             "s.yaml:3:79: pipelines[0].sink.type: cuda_ipc needs a cuda device, but this pipeline's device is cpu");
   EXPECT_EQ(error("pipelines:\n"
-                  "  - {name: a, source: {uri: 'rtsp://h/1'}, outputs: [{name: o}], sink: {type: cuda_ipc, slots: 1}}\n"),
-            "s.yaml:2:96: pipelines[0].sink.slots: must be between 2 and 1024, got 1");
+                  "  - {name: a, source: {uri: 'rtsp://h/1'}, outputs: [{name: o}], sink: {type: cuda_ipc, slots: 2}}\n"),
+            "s.yaml:2:96: pipelines[0].sink.slots: must be between 3 and 1024, got 2");
   // One namespace of ring names for both ring sinks: both live in /dev/shm.
   EXPECT_EQ(error("pipelines:\n"
                   "  - {name: a, source: {uri: 'rtsp://h/1'}, outputs: [{name: o}], sink: {type: cuda_ipc, name: b}}\n"

@@ -243,6 +243,22 @@ TEST(NpySink, BadSpecsAreConfigErrorsNamingThePipeline) {
   EXPECT_EQ(message(out, escape, 1), "pipeline 'lobby' sink: output name '../up' cannot be a folder name");
 }
 
+TEST(NpySink, AFileThatCannotBeCompletedLeavesNoPartialFileBehind) {
+  TempDir dir;
+  const auto plans = make_plans(ops::DType::U8);
+  NpySink sink((dir.path / "out").string(), plans, 1, "lobby");
+  fs::create_directories(dir.path / "out" / "cls" / "00000000.npy");   // the rename onto it fails
+  const Bytes a = random_payload(plans[0].bytes_per_frame, 1), b = random_payload(plans[1].bytes_per_frame, 2);
+  const std::byte* ptrs[] = {a.data(), b.data()};
+  try {
+    sink.write(0, ptrs);
+    FAIL() << "no SinkError";
+  } catch (const SinkError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot rename"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir.path / "out" / "cls" / "00000000.npy.partial"));
+}
+
 TEST(NpySink, FolderThatCannotBeCreatedIsASinkErrorNamingIt) {
   TempDir dir;
   std::ofstream(dir.path / "blocker") << "a file where a folder should be";
