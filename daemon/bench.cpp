@@ -969,7 +969,8 @@ std::string format_bench_json(const BenchResult& r) {
                         live.empty() ? "" : ", ", t.streams, t.held ? "true" : "false", json_number(t.seconds),
                         t.frames, t.dropped, json_number(1e3 * t.late_s), t.together, json_number(1e3 * t.latency_p50_s),
                         json_number(1e3 * t.latency_p99_s), json_number(1e3 * t.latency_mean_s), t.latency_frames,
-                        json_number(1e3 * t.all_running_p99_s), t.all_running_frames, json_number(1e3 * t.queue_wait_p99_s), json_number(1e3 * t.submit_p99_s),
+                        json_number(1e3 * t.all_running_p99_s), t.all_running_frames,
+                        json_number(1e3 * t.queue_wait_p99_s), json_number(1e3 * t.submit_p99_s),
                         json_number(t.submit_cpu_us), memory_json(t.memory), json_string(t.decoder),
                         r.options.churn ? std::to_string(t.reopens) : std::string("null"));
   return fmt::format(
