@@ -53,7 +53,7 @@ void DecodeBalancer::add(DecoderKind decoder, int device, const DecodeDemand& de
   const bool on_nvdec = decoder == DecoderKind::Nvdec;
   Load& l = on_nvdec ? nvdec_[device] : cpu_;
   if (demand.paced) {
-    const double x = demand.pixels_per_s * (on_nvdec ? demand.cost.nvdec : demand.cost.cpu);
+    const double x = demand.load(on_nvdec);
     l.paced += sign * x;
     if (l.paced < 1e-6 * x) l.paced = 0;   // rounding left by releases
   } else {
@@ -84,7 +84,7 @@ DecodeBalancer::Lease DecodeBalancer::assign(int device, const DecodeDemand& dem
     const double nv_cap = capacity_.nvdec, cpu_cap = capacity_.cpu;
     const CodecCost& cost = demand.cost;
     if (demand.paced) {
-      const double x_nv = demand.pixels_per_s * cost.nvdec, x_cpu = demand.pixels_per_s * cost.cpu;
+      const double x_nv = demand.load(true), x_cpu = demand.load(false);
       if (nv.paced + x_nv <= nv_cap) {
         choice = DecoderKind::Nvdec;
       } else if (cpu_.paced + x_cpu <= cpu_cap) {

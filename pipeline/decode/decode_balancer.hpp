@@ -29,6 +29,8 @@ struct DecodeDemand {
   double pixels_per_s = 0;   //!< paced: width x height x frame rate
   bool paced = true;         //!< false: an unpaced file, as fast as it decodes
   CodecCost cost;            //!< its codec's cost per pixel
+  //! Paced: what it loads NVDEC (`nvdec`) or the cores with, pixels per second of 8-bit H.264.
+  double load(bool nvdec) const { return pixels_per_s * (nvdec ? cost.nvdec : cost.cpu); }
 };
 
 class DecodeBalancer {

@@ -83,9 +83,9 @@ void PipelineRunner::request_stop() {
   if (impl_->source) impl_->source->interrupt();
 }
 
-uint64_t PipelineRunner::discard_queued() {
+uint64_t PipelineRunner::drop_queued(DropReason reason) {
   uint64_t n = 0;
-  for (; impl_->queue.try_pop(); ++n) stats_.drop(DropReason::Shutdown);
+  for (; impl_->queue.try_pop(); ++n) stats_.drop(reason);
   return n;
 }
 
@@ -387,8 +387,8 @@ void PipelineRunner::fail_processing(const std::string& error) {
   const std::string name = fmt::format("pipeline '{}'", spec_.name);
   spdlog::error("{}", error.starts_with(name) ? error : fmt::format("{}: {}", name, error));
   request_stop();
-  impl_->queue.close();
-  while (impl_->queue.pop()) stats_.drop(DropReason::ProcessError);
+  impl_->queue.close();   // nothing is queued after this
+  drop_queued(DropReason::ProcessError);
 }
 
 void PipelineRunner::forward_to_group(const FramePool& pool) {

@@ -43,7 +43,7 @@ class PipelineRunner {
   //! Drops the frames waiting in its queue, counted as Shutdown: a stop that cannot wait for them
   //! (after request_stop()). Frames in flight still finish and the sink is flushed. Thread-safe;
   //! returns the frames dropped.
-  uint64_t discard_queued();
+  uint64_t discard_queued() { return drop_queued(DropReason::Shutdown); }
   //! Waits for the threads; sinks are flushed. Idempotent.
   void join();
   //! True once the source ended (or failed) and every queued frame was processed.
@@ -66,6 +66,8 @@ class PipelineRunner {
   void forward_to_group(const FramePool& pool);
   //! A failed process thread: the pipeline stops, its queued frames are dropped (ProcessError).
   void fail_processing(const std::string& error);
+  //! Drops (and counts as `reason`) the frames queued now; returns how many.
+  uint64_t drop_queued(DropReason reason);
   PipelineSpec spec_;
   DeviceSpec device_;
   int cpu_threads_;

@@ -69,6 +69,19 @@ std::vector<DecodedFrame> read_all(VideoSource& src) {
   return frames;
 }
 
+//! Every frame of a source of `spec`, and the seconds reading them took (realtime pacing).
+struct TimedRead {
+  std::vector<DecodedFrame> frames;
+  double seconds;
+};
+TimedRead read_timed(const SourceSpec& spec) {
+  VideoSource src(spec, "p");
+  src.open();
+  const auto t0 = Clock::now();
+  std::vector<DecodedFrame> frames = read_all(src);
+  return {std::move(frames), std::chrono::duration<double>(Clock::now() - t0).count()};
+}
+
 //! Largest difference between two plane sets of equal shape (255+ when shapes differ).
 int max_diff(const Planes& a, const Planes& b) {
   if (a.size() != b.size()) return 1000;
@@ -187,12 +200,9 @@ TEST_F(DecodeTest, AOneFrameFileLoopedInRealtimeIsACameraAtItsFrameRate) {
   spec.loop = true;
   spec.realtime = true;
   spec.max_frames = 5;
-  VideoSource src(spec, "p");
-  src.open();
-  const auto t0 = Clock::now();
-  const auto frames = read_all(src);
+  const auto [frames, seconds] = read_timed(spec);
   ASSERT_EQ(frames.size(), 5u);
-  EXPECT_GE(std::chrono::duration<double>(Clock::now() - t0).count(), 0.35) << "paced, not as fast as it decodes";
+  EXPECT_GE(seconds, 0.35) << "paced, not as fast as it decodes";
   for (int i = 1; i < 5; ++i)
     EXPECT_NEAR(frames[i].pts_seconds - frames[i - 1].pts_seconds, 0.1, 1e-3) << "frame " << i;
 }
@@ -506,12 +516,9 @@ TEST_F(DecodeTest, RealtimePacesFramesAtTheirPts) {
   SourceSpec spec = file_spec(lossless_h264(expected));
   spec.realtime = true;
   spec.max_frames = 6;
-  VideoSource src(spec, "p");
-  src.open();
-  const auto t0 = Clock::now();
-  const auto frames = read_all(src);
+  const auto [frames, seconds] = read_timed(spec);
   ASSERT_EQ(frames.size(), 6u);
-  EXPECT_GE(std::chrono::duration<double>(Clock::now() - t0).count(), 0.45);   // frames 0..5 at 10 fps
+  EXPECT_GE(seconds, 0.45);   // frames 0..5 at 10 fps
   for (int i = 1; i < 6; ++i)
     EXPECT_GE(std::chrono::duration<double>(frames[i].decoded_at - frames[0].decoded_at).count(), i * 0.1 - 0.01);
 }
@@ -529,9 +536,7 @@ TEST_F(DecodeTest, RealtimeSkipsARecordingGapInsteadOfSleepingThroughIt) {
   }
   SourceSpec spec = file_spec(gap);
   spec.realtime = true;
-  VideoSource src(spec, "p");
-  src.open();
-  const auto frames = read_all(src);
+  const std::vector<DecodedFrame> frames = read_timed(spec).frames;
   ASSERT_EQ(frames.size(), 10u);
   const auto at = [&](int i) {
     return std::chrono::duration<double>(frames[i].decoded_at - frames[0].decoded_at).count();
