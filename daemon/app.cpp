@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <ctime>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "config/load.hpp"
@@ -32,6 +33,7 @@ DecodeBalancer::Capacity capacity_of(const config::DecodeConfig& d) {
 }  // namespace
 
 App::App(config::DaemonConfig config, Overrides overrides) : overrides_(std::move(overrides)) {
+  last_reload_unix_s_ = unix_now();   // the first load is the first (re)load attempt
   apply_overrides(config);
   probe_ = probe_cuda();
   config_ = std::make_shared<const config::DaemonConfig>(std::move(config));
@@ -51,7 +53,9 @@ App::~App() {
   std::lock_guard lock(mu_);
   for (auto& [name, r] : runners_) r->request_stop();
   runners_.clear();   // each destructor joins: queued frames drained, sinks flushed
+  stuck_.clear();     // done by now: run() waited for them (or exited)
   groups_.clear();    // members gone: nothing waits in them; each destructor joins
+  stuck_groups_.clear();
 }
 
 void App::apply_overrides(config::DaemonConfig& c) const {
@@ -138,7 +142,6 @@ int App::run() {
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGHUP);
   auto next_progress = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  auto next_watchdog = std::chrono::steady_clock::now();
   int status = 0;
   while (true) {
     const timespec tick{0, 200'000'000};
@@ -157,45 +160,27 @@ int App::run() {
       }
       notifier_.send("READY=1");
     }
+    feed_watchdog();
     const auto now = std::chrono::steady_clock::now();
-    if (const auto wd = notifier_.watchdog_interval(); wd && now >= next_watchdog) {
-      notifier_.send("WATCHDOG=1");
-      next_watchdog = now + *wd;
-    }
     if (now >= next_progress) {
       log_progress();
       next_progress = now + std::chrono::seconds(5);
     }
     if (all_done()) break;
   }
+  // Bounded: a stuck sink or device must not keep the service from stopping. The runners stay in
+  // runners_ (and /metrics answers) while they drain; only this thread removes any.
+  std::vector<PipelineRunner*> stopping;
   {
     std::lock_guard lock(mu_);
-    for (auto& [name, r] : runners_) r->request_stop();
-  }
-  // Queued frames get drain_timeout; what is still queued then is dropped (`shutdown`), and the
-  // pipelines get kStopGrace more to finish the frames in flight and flush their sinks. Bounded: a
-  // stuck sink or device must not keep the service from stopping.
-  constexpr auto kStopGrace = std::chrono::seconds(2);
-  const auto wait_done = [&](std::chrono::steady_clock::duration d) {
-    const auto deadline = std::chrono::steady_clock::now() + d;
-    while (!all_done() && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  };
-  wait_done(config_->drain_timeout);
-  if (!all_done()) {
-    uint64_t dropped = 0;
-    {
-      std::lock_guard lock(mu_);
-      for (auto& [name, r] : runners_) dropped += r->discard_queued();
+    for (auto& [name, r] : runners_) {
+      r->request_stop();
+      stopping.push_back(r.get());
     }
-    if (config_->drain_timeout.count() > 0 || dropped > 0)
-      spdlog::warn("drain did not finish within {} ms: {} queued frame(s) dropped", config_->drain_timeout.count(),
-                   dropped);
-    wait_done(kStopGrace);
   }
-  if (!all_done()) {
-    spdlog::error("pipelines did not stop within {} ms of the drain; exiting without waiting",
-                  std::chrono::duration_cast<std::chrono::milliseconds>(kStopGrace).count());
+  for (const auto& r : stuck_) stopping.push_back(r.get());
+  if (!drain(stopping, "pipelines")) {
+    spdlog::error("exiting without waiting for them");
     std::_Exit(1);
   }
   http_.reset();
@@ -207,6 +192,39 @@ int App::run() {
   }
   log_summary();
   return status;
+}
+
+bool App::drain(const std::vector<PipelineRunner*>& runners, std::string_view what) {
+  constexpr auto kStopGrace = std::chrono::seconds(2);
+  const auto done = [&] { return std::ranges::all_of(runners, [](PipelineRunner* r) { return r->done(); }); };
+  const auto wait_done = [&](std::chrono::steady_clock::duration d) {
+    const auto deadline = std::chrono::steady_clock::now() + d;
+    while (!done() && std::chrono::steady_clock::now() < deadline) {
+      feed_watchdog();
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return done();
+  };
+  if (wait_done(config_->drain_timeout)) return true;
+  uint64_t dropped = 0;
+  for (PipelineRunner* r : runners) dropped += r->discard_queued();
+  if (config_->drain_timeout.count() > 0 || dropped > 0)
+    spdlog::warn("{}: drain did not finish within {} ms: {} queued frame(s) dropped", what,
+                 config_->drain_timeout.count(), dropped);
+  if (wait_done(kStopGrace)) return true;
+  for (PipelineRunner* r : runners)
+    if (!r->done())
+      spdlog::error("pipeline '{}' did not stop within {} ms of the drain (a stuck sink or device?)", r->spec().name,
+                    std::chrono::duration_cast<std::chrono::milliseconds>(kStopGrace).count());
+  return false;
+}
+
+void App::feed_watchdog() {
+  const auto now = std::chrono::steady_clock::now();
+  if (const auto wd = notifier_.watchdog_interval(); wd && now >= next_watchdog_) {
+    notifier_.send("WATCHDOG=1");
+    next_watchdog_ = now + *wd;
+  }
 }
 
 bool App::all_done() {
@@ -289,7 +307,16 @@ bool App::reload() {
     }
   }
   for (const auto& r : retired) r->request_stop();   // they drain side by side
-  retired.clear();          // each destructor drains and joins
+  std::vector<PipelineRunner*> stopping;
+  for (const auto& r : retired) stopping.push_back(r.get());
+  if (!drain(stopping, "reload")) {
+    // Kept running apart, with the groups they may still feed: their replacements start beside them.
+    for (auto& r : retired)
+      if (!r->done()) stuck_.push_back(std::move(r));
+    for (auto& g : retired_groups) stuck_groups_.push_back(std::move(g));
+    retired_groups.clear();
+  }
+  retired.clear();          // each destructor joins: all of them are done
   retired_groups.clear();   // their members are gone: nothing left to wait for
   std::lock_guard lock(mu_);
   for (const auto& g : config_->batching)
@@ -401,13 +428,17 @@ std::vector<PipelineSnapshot> App::pipelines() {
 
 std::optional<DecodedFrame> App::latest_frame(const std::string& pipeline) {
   std::shared_ptr<PreviewFrame> preview;
+  bool streaming = false;
   {
     std::lock_guard lock(mu_);
     const auto it = runners_.find(pipeline);
     if (it == runners_.end()) return std::nullopt;
     preview = it->second->preview();
+    streaming = static_cast<SourceState>(it->second->stats().state.load()) == SourceState::Streaming;
   }
-  return preview->want(kPreviewKeep, kPreviewWait);   // outside mu_: a reload need not wait for it
+  // Outside mu_: a reload need not wait for it. Only a streaming source is waited for: a camera
+  // that is reconnecting or stalled would hold the preview worker for nothing.
+  return preview->want(kPreviewKeep, streaming ? kPreviewWait : PreviewFrame::Clock::duration::zero());
 }
 
 std::optional<PipelineSpec> App::pipeline_spec(const std::string& pipeline) {

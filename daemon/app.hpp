@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "config/schema.hpp"
 #include "daemon/http/status_source.hpp"
@@ -64,6 +65,11 @@ class App final : public StatusSource {
                              std::string_view key) const;
   void start_group(const BatchGroupSpec& g);
   void start_pipeline(const PipelineSpec& p);
+  //! Stops `runners` (request_stop already called) within bounds: drain_timeout for their queued
+  //! frames, then what is still queued is dropped (`shutdown`) and they get kStopGrace more. Feeds
+  //! the systemd watchdog meanwhile. Returns whether every one is done; `what` names them in logs.
+  bool drain(const std::vector<PipelineRunner*>& runners, std::string_view what);
+  void feed_watchdog();
   bool all_done();
   void log_progress();
   void log_summary();
@@ -79,6 +85,12 @@ class App final : public StatusSource {
   DecodeBalancer balancer_{{}};   //!< hybrid decode over NVDEC and the cores (config_->decode); outlives the runners
   std::map<std::string, std::unique_ptr<BatchGroup>> groups_;        //!< outlive their member runners
   std::map<std::string, std::unique_ptr<PipelineRunner>> runners_;
+  //! Pipelines a reload stopped that did not finish within drain(), and the batch groups retired
+  //! with them (a stuck member may still use its group): kept, not joined, so a reload returns;
+  //! shutdown waits for them as for the others. Touched only by the signal thread.
+  std::vector<std::unique_ptr<PipelineRunner>> stuck_;
+  std::vector<std::unique_ptr<BatchGroup>> stuck_groups_;
+  std::chrono::steady_clock::time_point next_watchdog_{};
   uint64_t reloads_ok_ = 0, reloads_failed_ = 0;
   double last_reload_unix_s_ = 0;
   bool last_reload_ok_ = true;

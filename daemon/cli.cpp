@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "config/load.hpp"
+#include "daemon/logging.hpp"
 
 namespace framefuse::daemon {
 
@@ -61,12 +62,10 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
   if (args.empty()) throw std::invalid_argument("missing command (try --help)");
   size_t i = 0;
   const std::string& cmd = args[i++];
-  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
-    o.command = Command::Help;
-    return o;
-  }
-  if (cmd == "--version" || cmd == "-V" || cmd == "version") {
-    o.command = Command::Version;
+  const bool help = cmd == "--help" || cmd == "-h" || cmd == "help";
+  if (help || cmd == "--version" || cmd == "-V" || cmd == "version") {
+    if (i < args.size()) throw std::invalid_argument("unexpected argument '" + args[i] + "' after " + cmd);
+    o.command = help ? Command::Help : Command::Version;
     return o;
   }
   auto value = [&](const std::string& flag) -> const std::string& {
@@ -87,8 +86,18 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
         o.config_path = value(flag);
       } else if (flag == "--device") {
         o.device = value(flag);
+        try {
+          config::parse_device(*o.device);
+        } catch (const std::exception& e) {
+          throw std::invalid_argument(flag + ": " + e.what());
+        }
       } else if (flag == "--log-level") {
         o.log_level = value(flag);
+        try {
+          check_log_level(*o.log_level);
+        } catch (const std::exception& e) {
+          throw std::invalid_argument(flag + ": " + e.what());
+        }
       } else if (flag == "--http-bind") {
         o.http_bind = value(flag);
         if (!config::is_ip_address(*o.http_bind))
@@ -105,6 +114,7 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
   } else if (cmd == "bench") {
     o.command = Command::Bench;
     BenchOptions& b = o.bench;
+    bool live_seconds = false, fps = false;   // given: they only mean something with --live, --hybrid
     while (i < args.size()) {
       const std::string& flag = args[i++];
       if (flag == "--clip") {
@@ -128,6 +138,7 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
         b.live_streams = static_cast<int32_t>(parse_int(flag, value(flag), 1, 1024, "a stream count (1-1024)"));
       } else if (flag == "--live-seconds") {
         b.live_seconds = static_cast<int32_t>(parse_int(flag, value(flag), 1, 3600, "seconds (1-3600)"));
+        live_seconds = true;
       } else if (flag == "--churn") {
         b.churn = true;
       } else if (flag == "--hybrid") {
@@ -135,6 +146,7 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
       } else if (flag == "--nvdec-fps" || flag == "--cpu-fps") {
         (flag == "--nvdec-fps" ? b.nvdec_fps : b.cpu_fps) =
             double(parse_int(flag, value(flag), 1, 1'000'000, "1080p frames per second (1-1000000)"));
+        fps = true;
       } else {
         throw std::invalid_argument("unknown option '" + flag + "' for bench (try --help)");
       }
@@ -142,6 +154,9 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
     if (b.clip.empty()) throw std::invalid_argument("bench needs --clip FILE");
     if (b.churn && b.live_streams == 0)
       throw std::invalid_argument("--churn needs --live N (it runs in the live trials)");
+    if (live_seconds && b.live_streams == 0)
+      throw std::invalid_argument("--live-seconds needs --live N (the live trials' length)");
+    if (fps && !b.hybrid) throw std::invalid_argument("--nvdec-fps and --cpu-fps need --hybrid (its capacities)");
   } else {
     throw std::invalid_argument("unknown command '" + cmd + "' (try --help)");
   }

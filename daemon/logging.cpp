@@ -23,10 +23,14 @@ class JsonMessage final : public spdlog::custom_flag_formatter {
 
 }  // namespace
 
-void setup_logging(const std::string& level, LogFormat format) {
-  const auto lvl = spdlog::level::from_str(level);
-  if (lvl == spdlog::level::off && level != "off")
+void check_log_level(const std::string& level) {
+  if (spdlog::level::from_str(level) == spdlog::level::off && level != "off")
     throw std::invalid_argument("unknown log level '" + level + "' (trace, debug, info, warn, error, off)");
+}
+
+void setup_logging(const std::string& level, LogFormat format) {
+  check_log_level(level);
+  const auto lvl = spdlog::level::from_str(level);
   auto logger = spdlog::get("framefused");
   if (!logger) logger = spdlog::stderr_logger_mt("framefused");
   spdlog::set_default_logger(logger);

@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
   } catch (const ff::ConfigError& e) {
     return fail(2, e.what());
   } catch (const std::exception& e) {
-    spdlog::error("{}", e.what());
-    return fail(1, e.what());
+    spdlog::error("{}", e.what());   // once, in the log's format (logging is set up by now)
+    return 1;
   }
 }

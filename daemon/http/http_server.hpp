@@ -14,8 +14,10 @@ namespace framefuse::daemon {
 struct HttpServerOptions {
   std::string bind = "127.0.0.1";                  //!< address or host name to listen on
   uint16_t port = 9400;                            //!< 0 = ephemeral (see HttpServer::port())
-  int max_connections = 64;                        //!< further connections get 503 and are closed
-  std::chrono::milliseconds idle_timeout{30000};   //!< a connection silent this long is closed
+  //! Connections served at once; a further one closes the connection idle longest (keep-alive,
+  //! between requests), or with none idle gets 503 and is closed.
+  int max_connections = 64;
+  std::chrono::milliseconds idle_timeout{30000};   //!< a connection idle this long between requests is closed
   size_t max_header_bytes = 8192;                  //!< request line + headers; larger gets 431
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <optional>
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
@@ -27,18 +28,17 @@ int hex_digit(char c) {
   return -1;
 }
 
-//! Path of a request target, query dropped and %XX decoded; nullopt for a broken escape.
-std::optional<std::string> decode_path(std::string_view target) {
-  target = target.substr(0, target.find_first_of("?#"));
+//! `text` with its %XX escapes decoded; nullopt for a broken escape.
+std::optional<std::string> percent_decode(std::string_view text) {
   std::string out;
-  out.reserve(target.size());
-  for (size_t i = 0; i < target.size(); ++i) {
-    if (target[i] != '%') {
-      out += target[i];
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '%') {
+      out += text[i];
       continue;
     }
-    if (i + 2 >= target.size()) return std::nullopt;
-    const int hi = hex_digit(target[i + 1]), lo = hex_digit(target[i + 2]);
+    if (i + 2 >= text.size()) return std::nullopt;
+    const int hi = hex_digit(text[i + 1]), lo = hex_digit(text[i + 2]);
     if (hi < 0 || lo < 0) return std::nullopt;
     out += static_cast<char>(hi * 16 + lo);
     i += 2;
@@ -46,7 +46,24 @@ std::optional<std::string> decode_path(std::string_view target) {
   return out;
 }
 
-//! Whether the query of `target` has `key=1`.
+//! `target` without the scheme and authority of an absolute-form target (`http://host:port/x`,
+//! which RFC 9112 section 3.2.2 says servers must accept): its origin form.
+std::string_view origin_form(std::string_view target) {
+  const size_t scheme = target.find("://");
+  if (target.starts_with('/') || scheme == std::string_view::npos) return target;
+  const size_t path = target.find_first_of("/?#", scheme + 3);
+  return path == std::string_view::npos ? std::string_view("/") : target.substr(path);
+}
+
+//! Path of a request target, query dropped and %XX decoded; nullopt for a broken escape.
+std::optional<std::string> decode_path(std::string_view target) {
+  target = origin_form(target);
+  const std::optional<std::string> path = percent_decode(target.substr(0, target.find_first_of("?#")));
+  if (path && path->empty()) return "/";   // "http://host?x": the root
+  return path;
+}
+
+//! Whether the query of `target` has `key=1` (either %XX-escaped or not).
 bool query_flag(std::string_view target, std::string_view key) {
   const size_t q = target.find('?');
   if (q == std::string_view::npos) return false;
@@ -54,11 +71,31 @@ bool query_flag(std::string_view target, std::string_view key) {
   query = query.substr(0, query.find('#'));
   while (!query.empty()) {
     const size_t amp = query.find('&');
-    const std::string_view param = query.substr(0, amp);
-    if (param.size() == key.size() + 2 && param.starts_with(key) && param.substr(key.size()) == "=1") return true;
+    const std::optional<std::string> param = percent_decode(query.substr(0, amp));
+    if (param && param->size() == key.size() + 2 && param->starts_with(key) && param->substr(key.size()) == "=1")
+      return true;
     query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
   }
   return false;
+}
+
+//! A rectangle of source pixels.
+struct Window {
+  int32_t x, y, w, h;
+};
+
+//! The source pixels an output shows: its crop window, less what a centre crop or `fill` cuts off
+//! the resized image (a letterbox's pad shows no source).
+Window shown_window(const ops::Chain::Params& p) {
+  const ops::Resize::Params& r = p.resize;
+  const auto axis = [](int32_t start, double scale, int32_t off, int32_t out, int32_t resized) {
+    const int32_t begin = std::max(0, off), end = std::min(resized, off + out);
+    const auto a = static_cast<int32_t>(std::lround(begin * scale)), b = static_cast<int32_t>(std::lround(end * scale));
+    return std::pair{start + a, std::max(1, b - a)};
+  };
+  const auto [x, w] = axis(r.x0, r.scale_x, p.off_x, p.store.width, r.dst_w);
+  const auto [y, h] = axis(r.y0, r.scale_y, p.off_y, p.store.height, r.dst_h);
+  return {x, y, w, h};
 }
 
 //! Outline colours of the outputs' crop windows, by output index.
@@ -140,7 +177,9 @@ HttpResponse Router::preview(const std::string& pipeline, bool boxes, const std:
   if (!jpeg_encoder_available()) return text(501, "previews unavailable: this FFmpeg has no mjpeg encoder\n");
   const auto frame = source_.latest_frame(pipeline);
   if (!frame) {
-    HttpResponse r = text(503, fmt::format("pipeline '{}' decoded no frame within {} ms\n", pipeline, kPreviewWait.count()));
+    HttpResponse r = text(503, fmt::format("pipeline '{}' has no frame to show (its source is not streaming, or "
+                                           "decoded no frame within {} ms)\n",
+                                           pipeline, kPreviewWait.count()));
     r.headers.emplace_back("Retry-After", "1");
     return r;
   }
@@ -152,9 +191,8 @@ HttpResponse Router::preview(const std::string& pipeline, bool boxes, const std:
     if (boxes) {
       const auto plans = make_output_plans(*spec, frame->info);
       for (size_t k = 0; k < plans.size(); ++k) {
-        const auto& r = plans[k].params.resize;
-        draw_rect(image, frame->info.width, frame->info.height, r.x0, r.y0, r.src_w, r.src_h,
-                  kBoxColours[k % kBoxColours.size()]);
+        const Window w = shown_window(plans[k].params);
+        draw_rect(image, frame->info.width, frame->info.height, w.x, w.y, w.w, w.h, kBoxColours[k % kBoxColours.size()]);
       }
     }
   }

@@ -30,10 +30,21 @@ void PreviewFrame::offer(const DecodedFrame& frame, Clock::time_point now) {
   if (wanted) cv_.notify_all();
 }
 
+void PreviewFrame::expire(Clock::time_point now) {
+  if (!kept_.load(std::memory_order_relaxed) || steady_ns(now) < wanted_until_ns_.load(std::memory_order_relaxed))
+    return;
+  std::lock_guard lock(mu_);
+  if (steady_ns(now) < wanted_until_ns_.load(std::memory_order_relaxed)) return;   // wanted again meanwhile
+  frame_.reset();
+  kept_.store(false, std::memory_order_relaxed);
+}
+
 void PreviewFrame::end() {
   {
     std::lock_guard lock(mu_);
     ended_ = true;
+    frame_.reset();
+    kept_.store(false, std::memory_order_relaxed);
   }
   cv_.notify_all();
 }

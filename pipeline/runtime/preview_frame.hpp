@@ -28,8 +28,12 @@ class PreviewFrame {
   //! kept one is released once frames are no longer wanted. Lock-free when nothing is wanted or kept.
   void offer(const DecodedFrame& frame, Clock::time_point now);
 
-  //! No frame will be offered any more (the decode thread ended): waiting want()s return what is
-  //! kept. Any thread.
+  //! Releases the kept frame once frames are no longer wanted (`now` past the latest want's
+  //! deadline), for a source that offers none meanwhile (a stalled camera). Any thread.
+  void expire(Clock::time_point now);
+
+  //! No frame will be offered any more (the decode thread ended): the kept frame is released, and
+  //! want()s, waiting or later, return std::nullopt. Any thread.
   void end();
 
  private:

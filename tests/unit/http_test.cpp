@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -115,7 +116,11 @@ class FakeSource final : public StatusSource {
     mono.resize = {16, 16, 0};
     mono.channels = ChannelOrder::Gray;
     mono.dtype = ops::DType::F16;
-    specs_["gate"].outputs = {norm, mono};
+    OutputSpec filled;   // 300x200 resized to cover 100x100 (150x100), its centre kept: source x 50..250
+    filled.name = "filled";
+    filled.resize = {100, 100, 0};
+    filled.aspect = AspectMode::CenterCropFill;
+    specs_["gate"].outputs = {norm, mono, filled};
     specs_["dock \"b\""].outputs = {det};
     for (auto& [name, spec] : specs_) spec.name = name;
 
@@ -133,6 +138,10 @@ class FakeSource final : public StatusSource {
     return p_;
   }
   std::optional<DecodedFrame> latest_frame(const std::string& pipeline) override {
+    {
+      std::unique_lock hold(hold_mu_);
+      hold_cv_.wait(hold, [this] { return !hold_; });
+    }
     std::lock_guard lock(mu_);
     const auto it = frames_.find(pipeline);
     if (it == frames_.end()) return std::nullopt;
@@ -148,8 +157,19 @@ class FakeSource final : public StatusSource {
     std::lock_guard lock(mu_);
     d_.ready = ready;
   }
+  //! While held, previews wait (as for a frame that does not come).
+  void hold_previews(bool hold) {
+    {
+      std::lock_guard lock(hold_mu_);
+      hold_ = hold;
+    }
+    hold_cv_.notify_all();
+  }
 
  private:
+  std::mutex hold_mu_;
+  std::condition_variable hold_cv_;
+  bool hold_ = false;
   std::mutex mu_;
   DaemonSnapshot d_;
   std::vector<PipelineSnapshot> p_;
@@ -445,18 +465,36 @@ TEST_F(Http, OversizedHeaderIs431AndClosed) {
   EXPECT_TRUE(big.closed_by_peer());
 }
 
-TEST_F(Http, ExtraConnectionsAreRefusedUntilOneCloses) {
+TEST_F(Http, AtTheLimitANewConnectionClosesTheOneIdleLongest) {
+  HttpServerOptions opts;
+  opts.max_connections = 2;
+  start(opts);
+  Client first(port_), second(port_);
+  for (Client* c : {&first, &second}) {   // both answered, then idle between requests: first longer
+    c->send(get_line("GET", "/livez", true));
+    ASSERT_EQ(c->read_reply().status, 200);
+  }
+  Client third(port_);
+  third.send(get_line("GET", "/livez", true));
+  EXPECT_EQ(third.read_reply().status, 200);
+  EXPECT_TRUE(first.closed_by_peer());
+  second.send(get_line("GET", "/livez", true));   // the other idle one was kept
+  EXPECT_EQ(second.read_reply().status, 200);
+}
+
+TEST_F(Http, ExtraConnectionsAreRefusedWhileNoneIsIdle) {
   HttpServerOptions opts;
   opts.max_connections = 2;
   start(opts);
   auto first = std::make_unique<Client>(port_);
   Client second(port_);
-  for (Client* c : {first.get(), &second}) {   // both sessions exist once they have answered
-    c->send(get_line("GET", "/livez", true));
-    ASSERT_EQ(c->read_reply().status, 200);
-  }
+  // Each in the middle of a request: not idle, so not closed for a newcomer.
+  for (Client* c : {first.get(), &second}) c->send("GET /livez HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+  std::this_thread::sleep_for(100ms);   // the server has read both first bytes
   Client third(port_);
   EXPECT_NE(third.read_to_eof().find("503 Service Unavailable"), std::string::npos);
+  second.send("\r\n");
+  EXPECT_EQ(second.read_reply().status, 200);
 
   first.reset();
   int status = 0;
@@ -470,6 +508,30 @@ TEST_F(Http, ExtraConnectionsAreRefusedUntilOneCloses) {
     }
   }
   EXPECT_EQ(status, 200);
+}
+
+TEST_F(Http, PreviewsPilingUpAreAnswered503AtOnce) {
+  if (!jpeg_encoder_available()) GTEST_SKIP() << "this FFmpeg has no mjpeg encoder: previews answer 501 at once";
+  source_.hold_previews(true);
+  std::vector<std::unique_ptr<Client>> waiting;
+  for (int i = 0; i < 8; ++i) {   // one made, seven queued behind it
+    waiting.push_back(std::make_unique<Client>(port_));
+    waiting.back()->send(get_line("GET", "/preview/lobby.jpg", false));
+  }
+  std::this_thread::sleep_for(300ms);   // the server has read them all
+  const Reply busy = request(port_, "/preview/gate.jpg");
+  EXPECT_EQ(busy.status, 503);
+  EXPECT_EQ(busy.headers.at("retry-after"), "1");
+  EXPECT_EQ(request(port_, "/livez").status, 200);   // other routes are not held up
+  source_.hold_previews(false);
+  for (auto& c : waiting) EXPECT_EQ(c->read_reply().status, 200);
+}
+
+TEST_F(Http, AbsoluteFormTargetsAreServed) {
+  EXPECT_EQ(request(port_, "http://127.0.0.1:9400/livez").body, "ok\n");
+  EXPECT_EQ(request(port_, "HTTP://framefuse.local/status?x=1").status, 200);
+  EXPECT_EQ(request(port_, "http://framefuse.local").headers.at("content-type"), "text/html; charset=utf-8");
+  EXPECT_EQ(request(port_, "http://framefuse.local/nope").status, 404);
 }
 
 TEST_F(Http, IdleConnectionsAreClosed) {
@@ -595,6 +657,29 @@ TEST_F(Http, BoxesOutlineTheOutputsCropWindows) {
   EXPECT_GT(border / 300, 60.0);
   // JPEG blocks (16x16 MCUs) that no line touches are encoded identically.
   for (int x = 64; x < 272; ++x) EXPECT_EQ(diff(x, 130), 0) << x;
+  EXPECT_EQ(request(port_, "/preview/lobby.jpg?boxes=%31").body, r.body);   // the query's escapes decoded
+}
+
+TEST_F(Http, BoxesShowWhatACentreCropKeeps) {
+  if (!jpeg_encoder_available()) GTEST_SKIP() << "this FFmpeg has no mjpeg encoder (the 501 path is tested above)";
+  const DecodedJpeg plain = decode_jpeg(request(port_, "/preview/gate.jpg").body);
+  const DecodedJpeg boxed = decode_jpeg(request(port_, "/preview/gate.jpg?boxes=1").body);
+  ASSERT_EQ(boxed.width, 300);
+  ASSERT_EQ(plain.width, 300);
+  const auto diff = [&](int x, int y) {
+    int d = 0;
+    for (int c = 0; c < 3; ++c) {
+      const size_t i = (size_t(y) * 300 + x) * 3 + c;
+      d += std::abs(int(plain.rgb[i]) - int(boxed.rgb[i]));
+    }
+    return d;
+  };
+  // `filled` shows source columns 50..249 (the whole height): its outline's sides are there. The
+  // flat frame encodes to flat blocks, so blocks no outline touches (16x16) are unchanged.
+  EXPECT_GT(diff(50, 100), 60);
+  EXPECT_GT(diff(249, 100), 60);
+  EXPECT_EQ(diff(24, 100), 0);
+  EXPECT_EQ(diff(150, 100), 0);
 }
 
 TEST_F(Http, OutputPreviewErrorsNameTheProblem) {
