@@ -75,7 +75,14 @@ struct CapturedGraph {
 template <class Enqueue>
 CapturedGraph capture_graph(cudaStream_t stream, Enqueue&& enqueue) {
   check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
-  enqueue(stream);
+  try {
+    enqueue(stream);
+  } catch (...) {   // whatever failed, the stream stops capturing (on this thread, as it began)
+    cudaGraph_t broken{};
+    if (cudaStreamEndCapture(stream, &broken) == cudaSuccess && broken) cudaGraphDestroy(broken);
+    cudaGetLastError();
+    throw;
+  }
   cudaGraph_t raw_graph{};
   check(cudaStreamEndCapture(stream, &raw_graph), "end capture");
   CapturedGraph g;

@@ -765,14 +765,16 @@ bool decodes_file_in_software(const PipelineSpec& spec, const DeviceSpec& device
   return spec.source.kind != SourceKind::Rtsp && (spec.decoder == DecoderKind::Cpu || device.kind != DeviceKind::Cuda);
 }
 
-DecodeOptions decode_options(const PipelineSpec& spec, const DeviceSpec& device, int software_decoders) {
+DecodeOptions decode_options(const PipelineSpec& spec, const DeviceSpec& device, int software_decoders,
+                             int held_downstream) {
   DecodeOptions decode;
   decode.decoder = spec.decoder;
   decode.cuda_device = device.kind == DeviceKind::Cuda ? device.index : -1;
   const bool frame_threads = spec.source.kind != SourceKind::Rtsp;   // live sources use slice threads
   if (frame_threads) decode.threads = shared_decoder_threads(software_decoders);
-  const int slots = spec.pool_frames > 0 ? spec.pool_frames
-                                         : default_pool_frames(spec.queue_depth, decode.threads, frame_threads);
+  const int slots = spec.pool_frames > 0
+                        ? spec.pool_frames
+                        : default_pool_frames(spec.queue_depth, decode.threads, frame_threads) + held_downstream;
   decode.pool = FramePool::create(slots, decode.cuda_device);
   return decode;
 }

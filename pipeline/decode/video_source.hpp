@@ -65,8 +65,10 @@ class DecoderShare {
 //! How a pipeline's source decodes on its device: `spec.decoder`, the device's CUDA index (-1 on
 //! the CPU), shared_decoder_threads(`software_decoders`) for files decoded in software (live
 //! sources: FFmpeg's slice threads), a frame pool of `spec.pool_frames` slots (0: the default
-//! size for its queue, source kind and threads). Callbacks stay unset for the caller.
-DecodeOptions decode_options(const PipelineSpec& spec, const DeviceSpec& device, int software_decoders = 1);
+//! size for its queue, source kind and threads, plus `held_downstream`: frames a batch group may
+//! hold beyond the pipeline's queue and executor). Callbacks stay unset for the caller.
+DecodeOptions decode_options(const PipelineSpec& spec, const DeviceSpec& device, int software_decoders = 1,
+                             int held_downstream = 0);
 
 //! Whether a pipeline of `spec` on `device` decodes a file in software with frame threads (one of
 //! the decoders shared_decoder_threads() shares the cores among): a file source decoded by the

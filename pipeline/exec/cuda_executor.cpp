@@ -101,6 +101,9 @@ void CudaExecutor::drain() noexcept {
     oldest_ = (oldest_ + 1) % ring_.size();
     --in_flight_;
   }
+  // Work a failed submit() left enqueued (part of an iteration, a pageable copy) is not in flight:
+  // the stream has it.
+  if (stream_) cudaStreamSynchronize(stream_);
   cudaGetLastError();
 }
 
@@ -108,6 +111,16 @@ void CudaExecutor::setup(const FrameInfo& frame, const ops::ColorParams& color, 
                          int max_batch) {
   cuda::check(cudaSetDevice(device_), "cudaSetDevice");
   drain();
+  try {
+    configure(frame, color, plans, max_batch);
+  } catch (...) {   // no half-made ring: submit() says "before setup()" until one succeeds
+    ring_.clear();
+    throw;
+  }
+}
+
+void CudaExecutor::configure(const FrameInfo& frame, const ops::ColorParams& color,
+                             std::span<const OutputPlan> plans, int max_batch) {
   frame_ = frame;
   color_ = color;
   plans_.assign(plans.begin(), plans.end());
@@ -218,7 +231,12 @@ void CudaExecutor::setup_control(const control::ControlParams& params) {
   control::CudaControl control;
   control.setup(params, stream_);
   control_ = std::move(control);
-  setup_fused();
+  try {
+    setup_fused();
+  } catch (...) {   // as in setup()
+    ring_.clear();
+    throw;
+  }
 }
 
 std::optional<control::ControlRecord> CudaExecutor::control_record() const {
@@ -228,6 +246,8 @@ std::optional<control::ControlRecord> CudaExecutor::control_record() const {
 
 void CudaExecutor::process(std::span<const ops::ImageView> frames, std::span<std::byte* const> outs) {
   static constexpr std::array<FrameMemory, kMaxBatch> kHost{};   // value-initialised: FrameMemory::Host
+  if (frames.size() > kHost.size())
+    throw ConfigError(name() + fmt::format(": a batch of {} frames, at most {}", frames.size(), kHost.size()));
   process_frames(frames, std::span(kHost).first(frames.size()), outs);
 }
 
@@ -259,6 +279,9 @@ void CudaExecutor::submit(std::span<const ops::ImageView> frames, std::span<cons
     throw DeviceError(name() + fmt::format(": submit() with all {} slots in flight", options_.in_flight));
   if (frames.empty() || frames.size() > size_t(max_batch_))
     throw ConfigError(name() + fmt::format(": a batch of {} frames, set up for 1 to {}", frames.size(), max_batch_));
+  if (memory.size() != frames.size() || (!owners.empty() && owners.size() != frames.size()))
+    throw ConfigError(name() + fmt::format(": {} frames with {} memory kinds and {} owners", frames.size(),
+                                           memory.size(), owners.size()));
   // cudaSetDevice costs ~0.35 us of host time on the H200 host even when nothing changes; the
   // query is a thread-local read.
   if (int current = -1; cudaGetDevice(&current) != cudaSuccess || current != device_)
@@ -312,10 +335,17 @@ void CudaExecutor::submit(std::span<const ops::ImageView> frames, std::span<cons
   slot.batch = static_cast<int>(frames.size());
   slot.owners.assign(owners.begin(), owners.end());
 
-  if (const cuda::CapturedGraph& graph = slot.graphs[frames.size() - 1][slot.uploaded]; graph.exec) {
-    cuda::check(cudaGraphLaunch(graph.exec, stream_), "cudaGraphLaunch");
-  } else {
-    enqueue_iteration(slot, slot.batch, slot.uploaded, stream_, false);
+  try {
+    if (const cuda::CapturedGraph& graph = slot.graphs[frames.size() - 1][slot.uploaded]; graph.exec) {
+      cuda::check(cudaGraphLaunch(graph.exec, stream_), "cudaGraphLaunch");
+    } else {
+      enqueue_iteration(slot, slot.batch, slot.uploaded, stream_, false);
+    }
+  } catch (...) {   // part of the iteration may be enqueued: the frames go once the stream is done with them
+    cudaStreamSynchronize(stream_);
+    cudaGetLastError();
+    slot.owners.clear();
+    throw;
   }
   ++in_flight_;
 }
@@ -353,9 +383,9 @@ Completion CudaExecutor::complete(std::span<std::byte* const> outs) {
   if (!outs.empty() && !options_.host_outputs)
     throw DeviceError(name() + ": complete() given host buffers, but the outputs stay in device memory");
   Slot& slot = ring_[oldest_];
+  cuda::check(wait_for(slot.ready), "wait for outputs");   // failed: still in flight, its frames still held
   oldest_ = (oldest_ + 1) % ring_.size();
   --in_flight_;
-  cuda::check(wait_for(slot.ready), "wait for outputs");
   slot.owners.clear();
   for (size_t k = 0; k < out_bytes_.size() && !outs.empty(); ++k)
     std::memcpy(outs[k], slot.host_out.as() + out_offsets_[k], out_bytes_[k] * size_t(slot.batch));

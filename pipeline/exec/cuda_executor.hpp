@@ -147,6 +147,9 @@ class CudaExecutor final : public Executor {
   void release_completed();
   //! Waits for every iteration in flight and drops its frames and outputs. Never throws.
   void drain() noexcept;
+  //! setup()'s work after the drain; throws with the ring half made (setup() clears it).
+  void configure(const FrameInfo& frame, const ops::ColorParams& color, std::span<const OutputPlan> plans,
+                 int max_batch);
   //! (Re)plans every slot's fused launch for plans_ (attached to the control, if any) and
   //! captures its graphs again.
   void setup_fused();

@@ -57,8 +57,11 @@ int upload_blocks_per_job(size_t bytes) {
 
 cudaError_t launch_upload(const UploadJob* block, int jobs, int blocks_per_job, cudaStream_t stream) {
   if (jobs < 1 || jobs > kMaxUploadJobs || blocks_per_job < 1) return cudaErrorInvalidValue;
-  upload_planes<<<dim3(unsigned(blocks_per_job), unsigned(jobs)), kUploadThreads, 0, stream>>>(block);
-  return cudaGetLastError();
+  cudaLaunchConfig_t config{};   // the launch's own status, not an earlier call's left-over error
+  config.gridDim = dim3(unsigned(blocks_per_job), unsigned(jobs));
+  config.blockDim = dim3(kUploadThreads);
+  config.stream = stream;
+  return cudaLaunchKernelEx(&config, upload_planes, block);
 }
 
 }  // namespace framefuse

@@ -159,6 +159,17 @@ __global__ void __launch_bounds__(control::kStatsThreads) flush_control(control:
   control::detail::finish_late(*control, control::num_regions(control->params), false);
 }
 
+//! Launches `kernel` as one block of `threads` on `stream`: the launch's own status, not an earlier
+//! call's left-over error (which cudaGetLastError after a <<<>>> launch would return).
+template <class... Params, class... Args>
+cudaError_t launch_one_block(void (*kernel)(Params...), int threads, cudaStream_t stream, Args... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(1);
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.stream = stream;
+  return cudaLaunchKernelEx(&config, kernel, args...);
+}
+
 //! The narrowest instantiation (fused_kernel's M) that computes every output of `launch`.
 int kernel_variants(const FusedLaunch& launch) {
   bool same = true, fixed = true;
@@ -225,14 +236,12 @@ cudaError_t launch_fused(ops::PixelFormat format, int rows_per_thread, const Fus
 cudaError_t stage_fused_params(const void* host, void* device, size_t bytes, control::FusedControl* control,
                                cudaStream_t stream) {
   if (bytes == 0 || bytes % 16 != 0) return cudaErrorInvalidValue;
-  stage_params<<<1, kStageThreads, 0, stream>>>(static_cast<const uint4*>(host), static_cast<uint4*>(device),
-                                                static_cast<int>(bytes / 16), control);
-  return cudaGetLastError();
+  return launch_one_block(stage_params, kStageThreads, stream, static_cast<const uint4*>(host),
+                          static_cast<uint4*>(device), static_cast<int>(bytes / 16), control);
 }
 
 cudaError_t flush_fused_control(control::FusedControl* control, cudaStream_t stream) {
-  flush_control<<<1, control::kStatsThreads, 0, stream>>>(control);
-  return cudaGetLastError();
+  return launch_one_block(flush_control, control::kStatsThreads, stream, control);
 }
 
 cudaError_t fused_blocks_per_sm(ops::PixelFormat format, int rows_per_thread, int* blocks) {

@@ -121,8 +121,9 @@ FramePool::Acquired FramePool::acquire(size_t bytes, const Wait& wait) {
   auto room = [&] { return slots_.size() + size_t(allocating_) < size_t(capacity_); };
   for (;;) {
     if (cancelled()) return {Status::Cancelled, {}};
-    if (bytes != slot_bytes_) {   // new frame size: idle slots of the old one go now
+    if (bytes != slot_bytes_ || stale_returned_ > 0) {   // idle slots of an earlier frame size go now
       slot_bytes_ = bytes;
+      stale_returned_ = 0;
       std::vector<std::byte*> stale;
       std::erase_if(slots_, [&](const Slot& s) {
         if (s.leased || s.bytes == bytes) return false;
@@ -164,7 +165,8 @@ FramePool::Acquired FramePool::acquire(size_t bytes, const Wait& wait) {
       lock.lock();
       if (dropped) continue;
     }
-    if (!returned_.wait_until(lock, deadline, [&] { return cancelled() || idle() != slots_.end() || room(); }))
+    if (!returned_.wait_until(lock, deadline,
+                              [&] { return cancelled() || idle() != slots_.end() || room() || stale_returned_ > 0; }))
       return {Status::TimedOut, {}};
   }
 }
@@ -173,14 +175,10 @@ void FramePool::release(std::byte* p) {
   std::unique_lock lock(mu_);
   const auto it = std::find_if(slots_.begin(), slots_.end(), [&](const Slot& s) { return s.data == p; });
   leased_.fetch_sub(1, std::memory_order_relaxed);
-  if (it->bytes != slot_bytes_) {   // a slot of an earlier frame size
-    slots_.erase(it);
-    lock.unlock();
-    free_memory(p);
-    lock.lock();
-  } else {
-    it->leased = false;
-  }
+  it->leased = false;
+  // A slot of an earlier frame size is freed by the next acquire(), on the decoding thread: freeing
+  // pinned memory waits for the whole device, which an executor releasing frames must not.
+  if (it->bytes != slot_bytes_) ++stale_returned_;
   returned_.notify_all();
 }
 

@@ -68,7 +68,8 @@ class FramePool : public std::enable_shared_from_this<FramePool> {
 
   //! A slot of `bytes`, or why none came (cancelled, or still every slot leased after the
   //! timeout). All slots have the size of the latest request: when it changes, idle slots of the
-  //! old size are freed at once and leased ones when they return. Throws DeviceError (pinned) or
+  //! old size are freed at once, and leased ones by the first acquire() after they return (never
+  //! by the thread returning them: freeing pinned memory waits for the device). Throws DeviceError (pinned) or
   //! std::bad_alloc when memory cannot be allocated.
   Acquired acquire(size_t bytes, const Wait& wait);
   //! Wakes waiting acquires so that they see their cancel flag.
@@ -107,6 +108,7 @@ class FramePool : public std::enable_shared_from_this<FramePool> {
   std::vector<Slot> slots_;     //!< every allocated slot, idle or leased
   int allocating_ = 0;          //!< slots being allocated outside the lock (count towards capacity)
   size_t slot_bytes_ = 0;       //!< size of the latest request
+  int stale_returned_ = 0;      //!< returned slots of an earlier size, not freed yet (acquire() frees them)
   std::atomic<int> leased_{0};
 };
 

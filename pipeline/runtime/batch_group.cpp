@@ -15,6 +15,7 @@
 #include "pipeline/error.hpp"
 #include "pipeline/exec/device.hpp"
 #include "pipeline/fused/fused_params.hpp"
+#include "pipeline/memory/frame_memory.hpp"
 
 namespace framefuse {
 
@@ -392,6 +393,10 @@ std::unique_ptr<BatchGroup::Member> BatchGroup::attach(const PipelineSpec& spec,
   shared_->attached.push_back(state.get());
   if (reads_host_outputs(spec.sink)) ++shared_->host_readers;
   return std::unique_ptr<Member>(new Member(shared_, std::move(state)));
+}
+
+int BatchGroup::frames_held_per_member() const {
+  return static_cast<int>(shared_->capacity) + kExecutorRing * spec_.max_batch;
 }
 
 BatchGroupSnapshot BatchGroup::snapshot() const {

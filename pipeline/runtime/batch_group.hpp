@@ -81,6 +81,9 @@ class BatchGroup {
   const BatchGroupSpec& spec() const { return spec_; }
   const DeviceSpec& device() const { return device_; }
   BatchGroupSnapshot snapshot() const;
+  //! The most frames of one member the group holds at once: its queue full of them, and the
+  //! executor's batches in flight (a member's decode pool is sized for them too).
+  int frames_held_per_member() const;
 
  private:
   struct Shared;   // state the members share with the process thread; outlives the group if they do

@@ -116,7 +116,8 @@ void PipelineRunner::start() {
 
   // Decode buffers, shared by every (re)connection: software frames decode into the pool's slots
   // (pinned on CUDA devices). When it runs dry, files wait and live sources drop the oldest frame.
-  DecodeOptions decode = decode_options(spec_, device_);
+  // A group member's frames also wait in the group and ride in its batches.
+  DecodeOptions decode = decode_options(spec_, device_, 1, group_ ? group_->frames_held_per_member() : 0);
   decode.balancer = balancer_;
   if (live) {
     decode.pool->set_drop_oldest([this] {
@@ -264,7 +265,8 @@ void PipelineRunner::start() {
 
   // Stall watchdog (live sources): no frame for stall_timeout while streaming flips the state to
   // Stalled while the read still waits; the decode thread flips it back on the next frame, or
-  // reconnects once the source gives the stalled session up.
+  // reconnects once the source gives the stalled session up. It also releases a kept preview frame
+  // nobody wants any more, which no frame offered by a stalled source would.
   if (live) {
     impl_->watchdog_thread = std::jthread([this, uri] {
       const int64_t stall_ns = std::chrono::nanoseconds(spec_.source.stall_timeout).count();
@@ -273,6 +275,7 @@ void PipelineRunner::start() {
       std::unique_lock lock(impl_->stop_mu);
       while (!impl_->stop_cv.wait_for(lock, std::min<Clock::duration>(kWatchdogTick, spec_.source.stall_timeout),
                                       [this] { return impl_->stop || !impl_->decoding; })) {
+        preview_->expire(Clock::now());   // a stalled camera nobody previews keeps no frame
         auto streaming = static_cast<uint8_t>(SourceState::Streaming);
         if (stats_.state.load(std::memory_order_relaxed) != streaming) continue;
         std::atomic_thread_fence(std::memory_order_acquire);
