@@ -16,7 +16,9 @@ status=0
 echo "== example config (device auto, npy sink)"
 rm -rf out/basic
 "$BIN" run --config config/examples/basic.yaml --no-http 2>&1 | grep -E "CUDA|summary|error" || status=1
-echo "npy files: $(find out/basic -name '*.npy' 2>/dev/null | wc -l)"
+npy=$(find out/basic -name '*.npy' 2>/dev/null | wc -l)
+echo "npy files: $npy"
+((npy > 0)) || { echo "   FAIL: the example config wrote no .npy file"; status=1; }
 
 echo "== HTTP on a GPU host: GPU memory, NVDEC sessions, decoder in /metrics and /status"
 cat >"$work/http.yaml" <<YAML

@@ -23,6 +23,8 @@ import time
 import unittest
 from pathlib import Path
 
+import ctest_main  # this directory: the tests run as scripts
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1] / "tools"))
@@ -244,4 +246,4 @@ if __name__ == "__main__":
     if not gst_rtsp_available():
         print("SKIP: no GStreamer RTSP server (tools/bootstrap --test)", file=sys.stderr)
         sys.exit(SKIP)
-    unittest.main()
+    ctest_main.main()

@@ -17,6 +17,8 @@ import time
 import unittest
 from pathlib import Path
 
+import ctest_main  # this directory: the tests run as scripts
+
 import numpy as np
 
 FRAMEFUSED = os.environ.get("FRAMEFUSED", "build/daemon/framefused")
@@ -577,4 +579,4 @@ class HttpLiveTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    ctest_main.main()

@@ -18,6 +18,8 @@ import unittest
 import urllib.request
 from pathlib import Path
 
+import ctest_main  # this directory: the tests run as scripts
+
 FRAMEFUSED = os.environ.get("FRAMEFUSED", "build/daemon/framefused")
 HERE = Path(__file__).resolve().parent
 SERVER_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
@@ -304,4 +306,4 @@ if __name__ == "__main__":
         print(f"SKIP: {SERVER_PYTHON} cannot import GstRtspServer (install python3-gi and "
               "gir1.2-gst-rtsp-server-1.0: tools/bootstrap --test)", file=sys.stderr)
         sys.exit(SKIP)
-    unittest.main()
+    ctest_main.main()

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -24,6 +25,26 @@ namespace framefuse {
 namespace {
 
 using ops::PixelFormat;
+
+//! The ctest entries cpu_rows_test_<level> cap the executor's SIMD paths at FRAMEFUSE_CPU_SIMD;
+//! the cap only lowers the level, so on a CPU without the requested one they would test a lower
+//! path under its name: every test skips there instead.
+class RequestedSimdLevel : public ::testing::Environment {
+ public:
+  void SetUp() override {
+#if defined(__x86_64__) && defined(__GNUC__)
+    const char* env = std::getenv("FRAMEFUSE_CPU_SIMD");
+    const std::string level = env ? env : "";
+    __builtin_cpu_init();
+    const bool avx2 = __builtin_cpu_supports("avx2");
+    const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+    if ((level == "avx2" && !avx2) || (level == "avx512" && !avx512))
+      GTEST_SKIP() << "FRAMEFUSE_CPU_SIMD=" << level << ": this CPU lacks it";
+#endif
+  }
+};
+const auto* const kRequestedSimdLevel = ::testing::AddGlobalTestEnvironment(new RequestedSimdLevel);
 
 struct Case {
   PixelFormat format;

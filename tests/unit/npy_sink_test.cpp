@@ -163,7 +163,7 @@ TEST_P(NpySinkFiles, ReadBackEqualsWhatWasWritten) {
       break;
     }
   }
-  if (python.empty()) return;
+  if (python.empty()) GTEST_SKIP() << "no python3 with numpy here: numpy's reading not checked";
   const std::string script = fmt::format(
       "import numpy, pathlib\n"
       "for p in pathlib.Path('{}').rglob('*.npy'):\n"
