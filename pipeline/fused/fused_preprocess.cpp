@@ -79,9 +79,6 @@ void FusedPreprocess::setup(const FrameInfo& frame, std::span<const OutputPlan> 
     taps_ = cuda::alloc_device(taps.size() * sizeof(AxisTap));
     cuda::check(cudaMemcpy(taps_.as(), taps.data(), taps.size() * sizeof(AxisTap), cudaMemcpyHostToDevice),
                 "upload fused tap tables");
-    // From pageable memory cudaMemcpy may return before the copy lands, and kernels run on
-    // non-blocking streams that do not wait for the legacy stream: wait for it here.
-    cuda::check(cudaStreamSynchronize(cudaStreamLegacy), "upload fused tap tables");
     for (size_t k = 0; k < plans.size(); ++k) {
       FusedOutput& o = launch_.outputs[k];
       if (o.variant == kVariantBox) continue;
