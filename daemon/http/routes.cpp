@@ -192,7 +192,8 @@ HttpResponse Router::preview(const std::string& pipeline, bool boxes, const std:
       const auto plans = make_output_plans(*spec, frame->info);
       for (size_t k = 0; k < plans.size(); ++k) {
         const Window w = shown_window(plans[k].params);
-        draw_rect(image, frame->info.width, frame->info.height, w.x, w.y, w.w, w.h, kBoxColours[k % kBoxColours.size()]);
+        draw_rect(image, frame->info.width, frame->info.height, w.x, w.y, w.w, w.h,
+                  kBoxColours[k % kBoxColours.size()]);
       }
     }
   }
