@@ -339,6 +339,16 @@ DecodedJpeg decode_jpeg(std::string_view jpeg) {
   return out;
 }
 
+//! Sum over R, G, B of |a - b| at pixel (x, y) of two decoded JPEGs of one size.
+int pixel_diff(const DecodedJpeg& a, const DecodedJpeg& b, int x, int y) {
+  int d = 0;
+  for (int c = 0; c < 3; ++c) {
+    const size_t i = (size_t(y) * a.width + x) * 3 + c;
+    d += std::abs(int(a.rgb[i]) - int(b.rgb[i]));
+  }
+  return d;
+}
+
 bool is_jpeg(std::string_view b) {
   return b.size() > 4 && uint8_t(b[0]) == 0xFF && uint8_t(b[1]) == 0xD8 && uint8_t(b[b.size() - 2]) == 0xFF &&
          uint8_t(b[b.size() - 1]) == 0xD9;
@@ -636,14 +646,7 @@ TEST_F(Http, BoxesOutlineTheOutputsCropWindows) {
   ASSERT_EQ(boxed.width, 640);
   ASSERT_EQ(boxed.height, 360);
   ASSERT_EQ(plain.width, 640);
-  const auto diff = [&](int x, int y) {
-    int d = 0;
-    for (int c = 0; c < 3; ++c) {
-      const size_t i = (size_t(y) * 640 + x) * 3 + c;
-      d += std::abs(int(plain.rgb[i]) - int(boxed.rgb[i]));
-    }
-    return d;
-  };
+  const auto diff = [&](int x, int y) { return pixel_diff(plain, boxed, x, y); };
   // cls's window (100, 40, 448, 448) on the half-size preview: x 50..273, y 20..243. The random
   // frame is noise, so a 2-pixel line in a fixed colour changes the pixels along it a lot.
   double top = 0, left = 0;
@@ -666,14 +669,7 @@ TEST_F(Http, BoxesShowWhatACentreCropKeeps) {
   const DecodedJpeg boxed = decode_jpeg(request(port_, "/preview/gate.jpg?boxes=1").body);
   ASSERT_EQ(boxed.width, 300);
   ASSERT_EQ(plain.width, 300);
-  const auto diff = [&](int x, int y) {
-    int d = 0;
-    for (int c = 0; c < 3; ++c) {
-      const size_t i = (size_t(y) * 300 + x) * 3 + c;
-      d += std::abs(int(plain.rgb[i]) - int(boxed.rgb[i]));
-    }
-    return d;
-  };
+  const auto diff = [&](int x, int y) { return pixel_diff(plain, boxed, x, y); };
   // `filled` shows source columns 50..249 (the whole height): its outline's sides are there. The
   // flat frame encodes to flat blocks, so blocks no outline touches (16x16) are unchanged.
   EXPECT_GT(diff(50, 100), 60);
